@@ -1,0 +1,527 @@
+//! [`FileSource`]: certificate, key and CA files, followed through symlink swaps.
+
+use std::fmt;
+use std::fs;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures::Stream;
+use futures::stream::BoxStream;
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::Notify;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::{CertBundle, Decoder, Digest, Error, Origin, Trigger};
+
+/// The default poll interval: 10 seconds.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The default quiet period after a file-system event before the files are read: 2 ms.
+pub const DEFAULT_SETTLE: Duration = Duration::from_millis(2);
+
+/// How many times a read that raced a change is retried before the result is passed on anyway.
+const STABLE_READ_ATTEMPTS: usize = 3;
+
+/// A [`CertSource`](crate::CertSource) that reads a certificate chain, a private key and an
+/// optional CA bundle from files, and yields a new bundle whenever their content changes.
+///
+/// - **Symlink-safe.** Every check reads through the configured paths; no resolved target or inode
+///   is cached. A Kubernetes Secret volume, where the kubelet writes a new timestamped directory
+///   and renames a `..data` symlink over the old one, is followed on every rotation.
+/// - **Fast path and backstop.** A `notify` watch on the *parent directories* (not the files,
+///   whose watches die when a symlink is swapped) triggers a read within milliseconds of a change,
+///   after a short quiet period that coalesces bursts ([`settle`](FileSourceBuilder::settle)). The
+///   poll ([`poll_interval`](FileSourceBuilder::poll_interval), default 10 s) stays as the
+///   backstop; if the watch cannot start (inotify limits, an unsupported file system), that is
+///   logged once and the source polls.
+/// - **Cheap when nothing changed.** A SHA-256 of the bytes read is compared with the last one;
+///   unchanged input is not parsed and yields nothing.
+/// - **No torn pairs.** The files are stat'ed before and after they are read; a read that raced a
+///   change is read again. A non-atomic writer (a certificate written, then its key) can still be
+///   seen half-way: the reload core rejects a key that does not match its certificate and keeps
+///   the last good one, and the next event or poll brings the complete pair.
+/// - **Errors are reports.** A missing, unreadable, oversized or malformed file is an `Err` item
+///   naming the path; the same error is not repeated until something changes (or a
+///   [`Trigger`] forces a read), and the source carries on.
+/// - Warns once if the key file is readable by group or others (Unix).
+///
+/// The first check happens on the first poll of the stream; the watch starts then too. Dropping
+/// the source stops the watch: no thread or task outlives it.
+///
+/// # Recovery
+/// Every error is transient: the next event, poll or trigger reads the files again.
+///
+/// # Example
+/// ```no_run
+/// use std::time::Duration;
+/// use futures::StreamExt;
+/// use tls_source::FileSource;
+///
+/// # async fn run() {
+/// let mut source = FileSource::builder("/etc/tls/tls.crt", "/etc/tls/tls.key")
+///     .ca("/etc/tls/ca.crt")
+///     .poll_interval(Duration::from_secs(30))
+///     .build();
+/// let reread = source.trigger(); // e.g. for a SIGHUP handler
+/// while let Some(item) = source.next().await {
+///     match item {
+///         Ok(bundle) => println!("new certificate from {}", bundle.origin()),
+///         Err(err) => eprintln!("{err}"),
+///     }
+/// }
+/// # }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct FileSource {
+    config: Arc<Config>,
+    trigger: Trigger,
+    inner: BoxStream<'static, Result<CertBundle, Error>>,
+}
+
+/// Configures a [`FileSource`]; made by [`FileSource::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct FileSourceBuilder {
+    config: Config,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: Option<PathBuf>,
+    poll_interval: Duration,
+    notify: bool,
+    settle: Duration,
+    decoder: Decoder,
+}
+
+// ===== impl FileSourceBuilder =====
+
+impl FileSourceBuilder {
+    /// Also reads a CA bundle (`ca.crt`) into [`CertBundle::ca`]. A missing CA file is an error
+    /// like a missing certificate: configure it only where it is expected.
+    pub fn ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.ca = Some(path.into());
+        self
+    }
+
+    /// How often the files are checked without any event. Default: [`DEFAULT_POLL_INTERVAL`].
+    ///
+    /// # Panics
+    /// [`build`](Self::build) panics if the interval is zero.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.config.poll_interval = interval;
+        self
+    }
+
+    /// Whether to watch the parent directories for changes (the fast path). Default: on.
+    pub fn notify(mut self, enabled: bool) -> Self {
+        self.config.notify = enabled;
+        self
+    }
+
+    /// The quiet period after a file-system event before reading. Default: [`DEFAULT_SETTLE`].
+    pub fn settle(mut self, quiet: Duration) -> Self {
+        self.config.settle = quiet;
+        self
+    }
+
+    /// The largest file accepted, in bytes. Default: [`DEFAULT_MAX_SIZE`](crate::DEFAULT_MAX_SIZE).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.config.decoder = self.config.decoder.max_size(bytes);
+        self
+    }
+
+    /// Builds the source. Nothing is read and no watch starts until the stream is first polled.
+    ///
+    /// # Panics
+    /// If the poll interval is zero.
+    pub fn build(self) -> FileSource {
+        assert!(
+            !self.config.poll_interval.is_zero(),
+            "FileSource poll interval must be above zero"
+        );
+        let config = Arc::new(self.config);
+        let trigger = Trigger::new();
+        let inner = Box::pin(futures::stream::unfold(
+            State::Start {
+                config: config.clone(),
+                trigger: trigger.clone(),
+            },
+            State::step,
+        ));
+        FileSource {
+            config,
+            trigger,
+            inner,
+        }
+    }
+}
+
+// ===== impl FileSource =====
+
+impl FileSource {
+    /// Starts configuring a source for a certificate chain file and its private key file.
+    pub fn builder(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> FileSourceBuilder {
+        FileSourceBuilder {
+            config: Config {
+                cert: cert.into(),
+                key: key.into(),
+                ca: None,
+                poll_interval: DEFAULT_POLL_INTERVAL,
+                notify: true,
+                settle: DEFAULT_SETTLE,
+                decoder: Decoder::new(),
+            },
+        }
+    }
+
+    /// A source for the `kubernetes.io/tls` layout in `dir`: `tls.crt`, `tls.key`, and `ca.crt`
+    /// when that file exists when this is called.
+    pub fn kubernetes_dir(dir: impl AsRef<Path>) -> FileSourceBuilder {
+        let dir = dir.as_ref();
+        let builder = Self::builder(dir.join("tls.crt"), dir.join("tls.key"));
+        let ca = dir.join("ca.crt");
+        if ca.exists() { builder.ca(ca) } else { builder }
+    }
+
+    /// A handle that forces a read now, bypassing the unchanged-input check, e.g. from a SIGHUP
+    /// handler or an admin endpoint. Cloneable; triggers while a read is pending coalesce.
+    pub fn trigger(&self) -> Trigger {
+        self.trigger.clone()
+    }
+}
+
+impl Stream for FileSource {
+    type Item = Result<CertBundle, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl fmt::Debug for FileSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileSource")
+            .field("cert", &self.config.cert)
+            .field("key", &self.config.key)
+            .field("ca", &self.config.ca)
+            .field("poll_interval", &self.config.poll_interval)
+            .field("notify", &self.config.notify)
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== the state machine =====
+
+enum State {
+    Start { config: Arc<Config>, trigger: Trigger },
+    Running(Box<Running>),
+}
+
+struct Running {
+    config: Arc<Config>,
+    trigger: Trigger,
+    /// Kept alive for its watch; dropping it stops the watch thread.
+    _watcher: Option<RecommendedWatcher>,
+    changed: Arc<Notify>,
+    interval: tokio::time::Interval,
+    last_raw: Option<Digest>,
+    last_error: Option<String>,
+    warned_key_mode: bool,
+}
+
+enum Wake {
+    Poll,
+    Event,
+    Trigger,
+}
+
+impl State {
+    async fn step(self) -> Option<(Result<CertBundle, Error>, Self)> {
+        let mut running = match self {
+            Self::Start { config, trigger } => {
+                let mut running = Running::start(config, trigger);
+                if let Some(item) = running.check(false) {
+                    return Some((item, Self::Running(running)));
+                }
+                running
+            }
+            Self::Running(running) => running,
+        };
+        loop {
+            let force = match running.wait().await {
+                Wake::Poll | Wake::Event => false,
+                Wake::Trigger => true,
+            };
+            if let Some(item) = running.check(force) {
+                return Some((item, Self::Running(running)));
+            }
+        }
+    }
+}
+
+impl Running {
+    fn start(config: Arc<Config>, trigger: Trigger) -> Box<Self> {
+        let changed = Arc::new(Notify::new());
+        let watcher = if config.notify {
+            match watch(&config, changed.clone()) {
+                Ok(watcher) => Some(watcher),
+                Err(err) => {
+                    tracing::warn!(
+                        error = %err,
+                        cert = %config.cert.display(),
+                        "cannot watch the certificate directories; polling only"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut interval = tokio::time::interval_at(
+            Instant::now() + config.poll_interval,
+            config.poll_interval,
+        );
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Box::new(Self {
+            config,
+            trigger,
+            _watcher: watcher,
+            changed,
+            interval,
+            last_raw: None,
+            last_error: None,
+            warned_key_mode: false,
+        })
+    }
+
+    async fn wait(&mut self) -> Wake {
+        let wake = tokio::select! {
+            _ = self.interval.tick() => Wake::Poll,
+            () = self.changed.notified() => Wake::Event,
+            () = self.trigger.notified() => Wake::Trigger,
+        };
+        if matches!(wake, Wake::Event) {
+            // Coalesce a burst: wait until events stop for `settle`, at most 50 settles.
+            let deadline = Instant::now() + self.config.settle * 50;
+            loop {
+                let quiet = Instant::now() + self.config.settle;
+                tokio::select! {
+                    () = tokio::time::sleep_until(quiet.min(deadline)) => break,
+                    () = self.changed.notified() => {}
+                }
+            }
+        }
+        wake
+    }
+
+    /// Reads the files; returns an item to yield, or `None` when nothing changed.
+    fn check(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
+        let files = match read_stable(&self.config) {
+            Ok(files) => files,
+            Err(err) => {
+                self.last_raw = None;
+                return self.report(err, force);
+            }
+        };
+        if !force && self.last_raw == Some(files.digest) {
+            return None;
+        }
+        self.last_raw = Some(files.digest);
+        self.warn_key_mode(&files);
+        let config = &self.config;
+        let origin = Origin::Files {
+            cert: config.cert.clone(),
+            key: config.key.clone(),
+        };
+        let cert_name = config.cert.display().to_string();
+        let key_name = config.key.display().to_string();
+        let ca_name = config.ca.as_ref().map(|p| p.display().to_string());
+        let decoded = config.decoder.bundle(
+            (&cert_name, &files.cert),
+            (&key_name, &files.key),
+            ca_name.as_deref().zip(files.ca.as_deref()),
+            origin,
+        );
+        match decoded {
+            Ok(bundle) => {
+                self.last_error = None;
+                Some(Ok(bundle))
+            }
+            Err(err) => self.report(err, true),
+        }
+    }
+
+    /// Passes an error on, unless it repeats the last one and nothing forces it.
+    fn report(&mut self, err: Error, force: bool) -> Option<Result<CertBundle, Error>> {
+        let message = err.to_string();
+        if !force && self.last_error.as_deref() == Some(message.as_str()) {
+            return None;
+        }
+        self.last_error = Some(message);
+        Some(Err(err))
+    }
+
+    fn warn_key_mode(&mut self, files: &Files) {
+        #[cfg(unix)]
+        if !self.warned_key_mode && files.key_mode & 0o077 != 0 {
+            self.warned_key_mode = true;
+            tracing::warn!(
+                path = %self.config.key.display(),
+                mode = format_args!("{:o}", files.key_mode & 0o777),
+                "private key file is readable by group or others; restrict it (chmod 600, or \
+                 defaultMode: 0400 on a Secret volume)"
+            );
+        }
+        #[cfg(not(unix))]
+        let _ = files;
+    }
+}
+
+fn watch(config: &Config, changed: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        match event {
+            // Our own reads open the files: ignore opens and read-only closes.
+            Ok(event) if is_read_only(&event.kind) => {}
+            Ok(_) => changed.notify_one(),
+            // Queue overflow and the like: a read will sort it out.
+            Err(_) => changed.notify_one(),
+        }
+    })?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for path in [Some(&config.cert), Some(&config.key), config.ca.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dirs.contains(&dir) {
+            watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+            dirs.push(dir);
+        }
+    }
+    Ok(watcher)
+}
+
+fn is_read_only(kind: &EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
+        EventKind::Access(_) => true,
+        _ => false,
+    }
+}
+
+/// The bytes of the files, read consistently, and a digest of them.
+struct Files {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    ca: Option<Vec<u8>>,
+    digest: Digest,
+    #[cfg_attr(not(unix), allow(dead_code))]
+    key_mode: u32,
+}
+
+/// What identifies a file's content cheaply: device, inode, length, modification time.
+#[derive(PartialEq, Eq, Clone, Copy)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+    mode: u32,
+}
+
+fn stamp(path: &Path, decoder: &Decoder) -> Result<Stamp, Error> {
+    let meta = fs::metadata(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(Error::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    decoder.check_size(&path.display().to_string(), meta.len())?;
+    #[cfg(unix)]
+    let (dev, ino, mode) = {
+        use std::os::unix::fs::MetadataExt as _;
+        (meta.dev(), meta.ino(), meta.mode())
+    };
+    #[cfg(not(unix))]
+    let (dev, ino, mode) = (0, 0, 0);
+    Ok(Stamp {
+        dev,
+        ino,
+        len: meta.len(),
+        modified: meta.modified().ok(),
+        mode,
+    })
+}
+
+fn read_file(path: &Path, decoder: &Decoder) -> Result<Vec<u8>, Error> {
+    let read_err = |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = fs::File::open(path).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    // Take one byte more than the limit, so a file that grew since the stat is still refused.
+    file.take(decoder.limit().saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    decoder.check_size(&path.display().to_string(), bytes.len() as u64)?;
+    Ok(bytes)
+}
+
+/// Reads every file, retrying while a change races the read (see [`FileSource`]).
+fn read_stable(config: &Config) -> Result<Files, Error> {
+    let paths: Vec<&Path> = [Some(config.cert.as_path()), Some(config.key.as_path()), config.ca.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let before = paths
+            .iter()
+            .map(|p| stamp(p, &config.decoder))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut contents = paths
+            .iter()
+            .map(|p| read_file(p, &config.decoder))
+            .collect::<Result<Vec<_>, _>>()?;
+        let after = paths
+            .iter()
+            .map(|p| stamp(p, &config.decoder))
+            .collect::<Result<Vec<_>, _>>()?;
+        if before != after && attempt < STABLE_READ_ATTEMPTS {
+            tracing::debug!(cert = %config.cert.display(), "files changed while read; reading again");
+            continue;
+        }
+        let mut h = Sha256::new();
+        for c in &contents {
+            h.update((c.len() as u64).to_be_bytes());
+            h.update(c);
+        }
+        let ca = (contents.len() == 3).then(|| contents.pop()).flatten();
+        let key = contents.pop().unwrap_or_default();
+        let cert = contents.pop().unwrap_or_default();
+        return Ok(Files {
+            cert,
+            key,
+            ca,
+            digest: Digest(h.finalize().into()),
+            key_mode: after[1].mode,
+        });
+    }
+}

@@ -1,0 +1,24 @@
+//! Test support shared by every crate of the tls-rotation workspace (not published).
+//!
+//! - [`TestCa`] / [`TestCert`]: real certificates from a generated CA, valid, expired or not yet
+//!   valid; [`fixture_pair`] for key formats rcgen does not write (SEC1, PKCS#1).
+//! - [`KubeDir`]: writes files the way the kubelet updates a Secret volume (a new timestamped
+//!   directory, a `..data` symlink renamed over the old one), plus the other ways files change.
+//! - [`probe`]: a real TLS handshake that reports the certificate served.
+//! - [`TestServer`]: a rustls accept loop on loopback around any certificate resolver.
+
+mod certs;
+mod kube_dir;
+mod probe;
+mod server;
+
+pub use certs::{
+    KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
+    fixture_pair,
+};
+pub use kube_dir::{KubeDir, overwrite_in_place, replace_by_rename};
+pub use probe::{Served, probe, probe_trusting};
+pub use server::TestServer;
+
+/// How long tests wait for something that should happen in milliseconds.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);

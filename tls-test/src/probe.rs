@@ -1,0 +1,140 @@
+//! A TLS client that reports what a server serves.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use crate::fingerprint;
+
+/// What a server served in one handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// SHA-256 of the leaf's DER, lower-case hex.
+    pub fingerprint: String,
+    /// The chain as sent, leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+}
+
+/// Completes a TLS handshake with `addr` for `server_name` and reports the certificate served.
+///
+/// The chain is not checked against any root, but the server's handshake signature *is* checked
+/// against the leaf's public key: a server whose key does not match its certificate fails here.
+///
+/// # Errors
+/// Connection and handshake failures.
+pub async fn probe(addr: SocketAddr, server_name: &str) -> io::Result<Served> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let verifier = Arc::new(Recording {
+        provider: provider.clone(),
+        seen: seen.clone(),
+    });
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    handshake(addr, server_name, config).await?;
+    let chain = seen.lock().expect("not poisoned").clone();
+    let leaf = chain.first().ok_or_else(|| io::Error::other("no certificate served"))?;
+    Ok(Served {
+        fingerprint: fingerprint(leaf),
+        chain,
+    })
+}
+
+/// Completes a verified TLS handshake: the chain must lead to one of `roots` and be valid for
+/// `server_name` now.
+///
+/// # Errors
+/// Connection failures, and any verification failure (as `InvalidData`).
+pub async fn probe_trusting(
+    addr: SocketAddr,
+    server_name: &str,
+    roots: &[CertificateDer<'static>],
+) -> io::Result<Served> {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store.add(root.clone()).map_err(io::Error::other)?;
+    }
+    let config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    let chain = handshake(addr, server_name, config).await?;
+    let leaf = chain.first().ok_or_else(|| io::Error::other("no certificate served"))?;
+    Ok(Served {
+        fingerprint: fingerprint(leaf),
+        chain,
+    })
+}
+
+async fn handshake(
+    addr: SocketAddr,
+    server_name: &str,
+    config: ClientConfig,
+) -> io::Result<Vec<CertificateDer<'static>>> {
+    let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
+    let tcp = TcpStream::connect(addr).await?;
+    let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await?;
+    let (_, conn) = tls.get_ref();
+    Ok(conn
+        .peer_certificates()
+        .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+        .unwrap_or_default())
+}
+
+#[derive(Debug)]
+struct Recording {
+    provider: Arc<CryptoProvider>,
+    seen: Arc<Mutex<Vec<CertificateDer<'static>>>>,
+}
+
+impl ServerCertVerifier for Recording {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let mut chain = vec![end_entity.clone().into_owned()];
+        chain.extend(intermediates.iter().map(|c| c.clone().into_owned()));
+        *self.seen.lock().expect("not poisoned") = chain;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
