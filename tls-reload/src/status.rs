@@ -1,0 +1,110 @@
+//! What the reloader reports.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tls_source::Origin;
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer as _, X509Certificate};
+
+use crate::Error;
+
+/// The reloader's state, published on a `tokio::sync::watch` channel
+/// ([`Reloader::status`](crate::Reloader::status)).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Status {
+    /// The certificate being served; `None` until the first one is installed.
+    pub current: Option<CertInfo>,
+    /// How many certificates have been installed (0 before the first).
+    pub generation: u64,
+    /// The last rejected update or source error since the last successful load; `None` when the
+    /// latest input was good.
+    pub last_error: Option<Arc<Error>>,
+    /// Whether the reload task is still running (it stops on cancellation or when the source ends;
+    /// the last certificate keeps being served either way).
+    pub running: bool,
+}
+
+/// What is known about an installed certificate. Holds no key material.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CertInfo {
+    /// SHA-256 of the leaf's DER, lower-case hex (as `openssl x509 -fingerprint -sha256` shows,
+    /// without colons).
+    pub fingerprint_sha256: String,
+    /// The leaf's subject, e.g. `CN=example.com`.
+    pub subject: String,
+    /// The DNS names among the leaf's subject alternative names.
+    pub dns_names: Vec<String>,
+    /// The IP addresses among the leaf's subject alternative names.
+    pub ip_addresses: Vec<IpAddr>,
+    /// Start of validity.
+    pub not_before: SystemTime,
+    /// End of validity.
+    pub not_after: SystemTime,
+    /// Where the bundle came from.
+    pub origin: Origin,
+    /// When it was installed.
+    pub loaded_at: SystemTime,
+    /// How many certificates the chain holds (leaf included).
+    pub chain_len: usize,
+}
+
+impl CertInfo {
+    /// Parses the leaf certificate of `chain`.
+    pub(crate) fn inspect(
+        leaf: &[u8],
+        chain_len: usize,
+        origin: &Origin,
+    ) -> Result<Self, Error> {
+        let parse_err = |reason: String| Error::Parse {
+            origin: origin.clone(),
+            reason,
+        };
+        let (rest, cert) = X509Certificate::from_der(leaf).map_err(|e| parse_err(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(parse_err("trailing bytes after the certificate".to_owned()));
+        }
+        let mut dns_names = Vec::new();
+        let mut ip_addresses = Vec::new();
+        let san = cert
+            .subject_alternative_name()
+            .map_err(|e| parse_err(format!("subject alternative names: {e}")))?;
+        for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
+            match name {
+                GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
+                GeneralName::IPAddress(bytes) => {
+                    if let Ok(v4) = <[u8; 4]>::try_from(*bytes) {
+                        ip_addresses.push(IpAddr::from(v4));
+                    } else if let Ok(v6) = <[u8; 16]>::try_from(*bytes) {
+                        ip_addresses.push(IpAddr::from(v6));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let validity = cert.validity();
+        Ok(Self {
+            fingerprint_sha256: tls_source::Digest::of(leaf).to_string(),
+            subject: cert.subject().to_string(),
+            dns_names,
+            ip_addresses,
+            not_before: from_unix(validity.not_before.timestamp()),
+            not_after: from_unix(validity.not_after.timestamp()),
+            origin: origin.clone(),
+            loaded_at: SystemTime::now(),
+            chain_len,
+        })
+    }
+}
+
+fn from_unix(secs: i64) -> SystemTime {
+    let magnitude = Duration::from_secs(secs.unsigned_abs());
+    if secs >= 0 {
+        UNIX_EPOCH + magnitude
+    } else {
+        UNIX_EPOCH - magnitude
+    }
+}
