@@ -76,7 +76,10 @@ impl KubeDir {
             }
         }
         if let Some(old) = old {
-            fs::remove_dir_all(self.dir.join(old))?;
+            match fs::remove_dir_all(self.dir.join(old)) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                other => other?,
+            }
         }
         Ok(())
     }

@@ -1,0 +1,147 @@
+//! Shared set-up of the tls-reload integration tests: a directory of files, a FileSource, a
+//! Reloader and a real TLS server in front of it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use tls_reload::{Reloader, Status};
+use tls_source::{FileSource, Trigger};
+use tls_test::{KubeDir, PATIENCE, TestCert, TestServer};
+use tokio::sync::watch;
+
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// How the files are watched.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// Notify on, poll effectively off: only the fast path can deliver.
+    Notify,
+    /// Notify off, poll every 100 ms.
+    Poll,
+}
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub kube: KubeDir,
+    pub reloader: Reloader,
+    pub server: TestServer,
+    pub trigger: Trigger,
+}
+
+pub fn kube_files(cert: &TestCert) -> [(&'static str, Vec<u8>); 2] {
+    [
+        ("tls.crt", cert.chain_pem.clone().into_bytes()),
+        ("tls.key", cert.key_pem.clone().into_bytes()),
+    ]
+}
+
+pub fn write_kube(kube: &KubeDir, cert: &TestCert) {
+    let files = kube_files(cert);
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+    kube.write(&refs).expect("kubelet-style write");
+}
+
+pub fn source(kube: &KubeDir, mode: Mode) -> FileSource {
+    let builder = FileSource::builder(kube.file("tls.crt"), kube.file("tls.key"));
+    match mode {
+        Mode::Notify => builder.notify(true).poll_interval(Duration::from_secs(3600)),
+        Mode::Poll => builder.notify(false).poll_interval(Duration::from_millis(100)),
+    }
+    .build()
+}
+
+impl Harness {
+    /// Files for `first` in a kubelet-style directory, served through a reloader.
+    pub async fn kube(first: &TestCert, mode: Mode) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kube = KubeDir::new(dir.path().join("tls")).expect("kube dir");
+        write_kube(&kube, first);
+        let source = source(&kube, mode);
+        Self::start(dir, kube, source, first).await
+    }
+
+    /// Plain files (no symlinks) for `first`.
+    pub async fn plain(first: &TestCert, mode: Mode) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kube = KubeDir::new(dir.path().join("tls")).expect("dir");
+        std::fs::write(kube.file("tls.crt"), &first.chain_pem).unwrap();
+        std::fs::write(kube.file("tls.key"), &first.key_pem).unwrap();
+        let source = source(&kube, mode);
+        Self::start(dir, kube, source, first).await
+    }
+
+    async fn start(dir: tempfile::TempDir, kube: KubeDir, source: FileSource, first: &TestCert) -> Self {
+        let trigger = source.trigger();
+        let reloader = Reloader::builder()
+            .crypto_provider(provider())
+            .spawn(source)
+            .expect("spawn reloader");
+        reloader.ready_timeout(PATIENCE).await.expect("first certificate installed");
+        let server = TestServer::start(reloader.resolver()).await;
+        let harness = Self {
+            dir,
+            kube,
+            reloader,
+            server,
+            trigger,
+        };
+        assert_eq!(harness.served().await, first.fingerprint);
+        harness
+    }
+
+    /// The fingerprint a fresh handshake is served.
+    pub async fn served(&self) -> String {
+        tls_test::probe(self.server.addr(), "localhost")
+            .await
+            .expect("handshake")
+            .fingerprint
+    }
+
+    pub fn status(&self) -> Status {
+        self.reloader.status().borrow().clone()
+    }
+
+    /// Waits until the status satisfies `pred`.
+    pub async fn wait_for(&self, what: &str, pred: impl FnMut(&Status) -> bool) -> Status {
+        wait_for(self.reloader.status(), what, pred).await
+    }
+
+    /// Waits until `cert` is installed, then checks that a handshake is served it.
+    pub async fn expect_served(&self, cert: &TestCert) {
+        let fp = cert.fingerprint.clone();
+        self.wait_for("the new certificate installed", |s| {
+            s.current.as_ref().is_some_and(|c| c.fingerprint_sha256 == fp)
+        })
+        .await;
+        assert_eq!(self.served().await, cert.fingerprint);
+    }
+}
+
+/// Waits until the status satisfies `pred`, or panics after [`PATIENCE`] showing the status.
+pub async fn wait_for(
+    mut rx: watch::Receiver<Status>,
+    what: &str,
+    mut pred: impl FnMut(&Status) -> bool,
+) -> Status {
+    let result = tokio::time::timeout(PATIENCE, async {
+        rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
+    })
+    .await;
+    match result {
+        Ok(Ok(status)) => status,
+        _ => panic!("timed out waiting for {what}; status: {:#?}", *rx.borrow()),
+    }
+}
+
+/// Runs `f` with a time-out of [`PATIENCE`].
+pub async fn patiently<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
