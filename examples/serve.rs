@@ -1,1 +1,304 @@
-fn main(){}
+//! An HTTPS server whose certificate rotates without a restart.
+//!
+//! ```text
+//! cargo run --example serve -- [--listen ADDR] [--cert PATH --key PATH [--ca PATH]]
+//!                              [--cert-dir DIR] [--poll DURATION] [--no-notify]
+//! ```
+//!
+//! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`
+//!   and `::1`, renewed before it expires: nothing to set up.
+//! - `--cert-dir DIR` reads the `kubernetes.io/tls` layout: `DIR/tls.crt`, `DIR/tls.key`, and
+//!   `DIR/ca.crt` when present. Try it with `cargo run --example rotate -- DIR`.
+//! - `GET /` answers the reloader's status as JSON.
+//! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
+//!   finish (up to 10 s), and exit 0.
+//!
+//! Prints one line, `listening on https://HOST:PORT`, to stdout once the socket is bound and the
+//! first certificate is installed; logs go to stderr (`RUST_LOG` sets the level, default `info`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tls_reload::{Reloader, Rfc3339, Status};
+use tls_selfsigned::SelfSigned;
+use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "\
+usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DIR]
+             [--poll DURATION] [--no-notify]
+
+  --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
+  --cert PATH        certificate chain file (PEM, leaf first); needs --key
+  --key PATH         private key file (PEM: PKCS#8, PKCS#1 or SEC1)
+  --ca PATH          CA bundle file, reported with the certificate
+  --cert-dir DIR     DIR/tls.crt, DIR/tls.key and DIR/ca.crt if present (a mounted Secret)
+  --poll DURATION    how often to check the files without an event (default 10s)
+  --no-notify        do not watch the directories; poll only
+
+With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.";
+
+/// How long the server waits for the first certificate before giving up.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long in-flight requests get to finish after SIGINT / SIGTERM.
+const GRACE: Duration = Duration::from_secs(10);
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+enum Certs {
+    SelfSigned,
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        ca: Option<PathBuf>,
+    },
+    Dir(PathBuf),
+}
+
+#[derive(Debug)]
+struct Args {
+    listen: SocketAddr,
+    certs: Certs,
+    poll: Duration,
+    notify: bool,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
+    let mut listen: SocketAddr = "127.0.0.1:8443".parse()?;
+    let (mut cert, mut key, mut ca, mut dir) = (None, None, None, None);
+    let mut poll = tls_source::DEFAULT_POLL_INTERVAL;
+    let mut notify = true;
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--listen" => {
+                let v = value()?;
+                listen = v
+                    .parse()
+                    .with_context(|| format!("--listen {v}: not an address like 127.0.0.1:8443"))?;
+            }
+            "--cert" => cert = Some(PathBuf::from(value()?)),
+            "--key" => key = Some(PathBuf::from(value()?)),
+            "--ca" => ca = Some(PathBuf::from(value()?)),
+            "--cert-dir" => dir = Some(PathBuf::from(value()?)),
+            "--poll" => {
+                let v = value()?;
+                poll = humantime::parse_duration(&v)
+                    .with_context(|| format!("--poll {v}: not a duration like 10s or 500ms"))?;
+                if poll.is_zero() {
+                    bail!("--poll must be above zero");
+                }
+            }
+            "--no-notify" => notify = false,
+            "-h" | "--help" => return Ok(None),
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    let certs = match (cert, key, ca, dir) {
+        (None, None, None, None) => Certs::SelfSigned,
+        (None, None, None, Some(dir)) => Certs::Dir(dir),
+        (Some(cert), Some(key), ca, None) => Certs::Files { cert, key, ca },
+        (_, _, _, Some(_)) => bail!("--cert-dir cannot be combined with --cert, --key or --ca"),
+        _ => bail!("--cert and --key go together (and --ca needs them)"),
+    };
+    Ok(Some(Args {
+        listen,
+        certs,
+        poll,
+        notify,
+    }))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    // The application picks the crypto provider; the libraries only use it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let shutdown = CancellationToken::new();
+
+    let (source, trigger) = source(&args);
+    let reloader = Reloader::builder()
+        .cancellation_token(shutdown.clone())
+        .spawn(source)?;
+
+    // Bind first, so a busy port fails at once; announce only once a certificate is installed.
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    spawn_signal_handler(shutdown.clone(), trigger)?;
+    tokio::select! {
+        ready = reloader.ready_timeout(READY_TIMEOUT) => ready?,
+        () = shutdown.cancelled() => return Ok(()),
+    }
+
+    let mut config = reloader.server_config()?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let app = Router::new()
+        .route("/", get(status_json))
+        .with_state(reloader.status());
+
+    println!("listening on https://{addr}");
+    serve(listener, acceptor, app, &shutdown).await;
+    reloader.stopped().await;
+    Ok(())
+}
+
+fn source(args: &Args) -> (BoxCertSource, Option<Trigger>) {
+    let files = |builder: tls_source::FileSourceBuilder| {
+        let source = builder.poll_interval(args.poll).notify(args.notify).build();
+        let trigger = source.trigger();
+        (source.boxed(), Some(trigger))
+    };
+    match &args.certs {
+        Certs::SelfSigned => {
+            let generator = SelfSigned::builder()
+                .dns_name("localhost")
+                .name("127.0.0.1")
+                .name("::1")
+                .build();
+            (generator.into_source().boxed(), None)
+        }
+        Certs::Files { cert, key, ca } => {
+            let builder = FileSource::builder(cert, key);
+            files(match ca {
+                Some(ca) => builder.ca(ca),
+                None => builder,
+            })
+        }
+        Certs::Dir(dir) => files(FileSource::kubernetes_dir(dir)),
+    }
+}
+
+/// SIGHUP re-reads the certificate files; SIGINT and SIGTERM cancel `shutdown`.
+fn spawn_signal_handler(
+    shutdown: CancellationToken,
+    trigger: Option<Trigger>,
+) -> anyhow::Result<()> {
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => match &trigger {
+                    Some(trigger) => {
+                        tracing::info!("SIGHUP: re-reading the certificate files");
+                        trigger.trigger();
+                    }
+                    None => tracing::info!("SIGHUP: nothing to re-read (self-signed certificate)"),
+                },
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+                () = shutdown.cancelled() => return,
+            }
+        }
+        tracing::info!("shutting down: no new connections, {GRACE:?} for in-flight requests");
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+/// Accepts TLS connections until `shutdown`, then waits up to [`GRACE`] for open ones.
+async fn serve(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: Router,
+    shutdown: &CancellationToken,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // E.g. out of file descriptors: back off instead of spinning.
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (acceptor, app, watcher) = (acceptor.clone(), app.clone(), graceful.watcher());
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(err)) => return tracing::debug!(%peer, error = %err, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(app));
+            if let Err(err) = watcher.watch(conn).await {
+                tracing::debug!(%peer, error = %err, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    match tokio::time::timeout(GRACE, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("all connections closed"),
+        Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
+    }
+}
+
+async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serde_json::Value> {
+    let status = status.borrow().clone();
+    let current = status.current.as_ref();
+    Json(serde_json::json!({
+        "fingerprint_sha256": current.map(|c| &c.fingerprint_sha256),
+        "subject": current.map(|c| &c.subject),
+        "dns_names": current.map(|c| &c.dns_names),
+        "ip_addresses": current.map(|c| &c.ip_addresses),
+        "not_before": current.map(|c| Rfc3339(c.not_before).to_string()),
+        "not_after": current.map(|c| Rfc3339(c.not_after).to_string()),
+        "origin": current.map(|c| c.origin.to_string()),
+        "loaded_at": current.map(|c| Rfc3339(c.loaded_at).to_string()),
+        "generation": status.generation,
+        "last_error": status.last_error.as_ref().map(ToString::to_string),
+    }))
+}

@@ -50,7 +50,7 @@ pub enum Error {
         origin: Origin,
         /// What rustls said.
         #[source]
-        source: rustls::Error,
+        source: Box<rustls::Error>,
     },
 
     /// The private key does not belong to the leaf certificate: a torn or mixed-up pair.

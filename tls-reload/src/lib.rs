@@ -66,3 +66,8 @@ pub use tls::CertResolver;
 
 /// Re-exported so that one dependency line is enough for the common case.
 pub use tls_source;
+
+/// The root README's Rust examples, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

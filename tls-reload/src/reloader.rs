@@ -235,7 +235,8 @@ struct Task {
 
 impl Task {
     async fn run<S: CertSource>(mut self, source: S, token: CancellationToken) {
-        let mut source = std::pin::pin!(source);
+        // Boxed so that it can be dropped before the stop is announced.
+        let mut source = Box::pin(source);
         loop {
             let retry_at = self.retry.as_ref().map(|(at, _)| *at);
             tokio::select! {

@@ -54,11 +54,7 @@ pub struct CertInfo {
 
 impl CertInfo {
     /// Parses the leaf certificate of `chain`.
-    pub(crate) fn inspect(
-        leaf: &[u8],
-        chain_len: usize,
-        origin: &Origin,
-    ) -> Result<Self, Error> {
+    pub(crate) fn inspect(leaf: &[u8], chain_len: usize, origin: &Origin) -> Result<Self, Error> {
         let parse_err = |reason: String| Error::Parse {
             origin: origin.clone(),
             reason,

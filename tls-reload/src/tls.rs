@@ -40,7 +40,10 @@ impl CertResolver {
 
     /// The certificate served now, if any.
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.current.load().as_ref().map(|i| Arc::clone(&i.certified))
+        self.current
+            .load()
+            .as_ref()
+            .map(|i| Arc::clone(&i.certified))
     }
 
     pub(crate) fn digest(&self) -> Option<Digest> {
@@ -54,7 +57,10 @@ impl CertResolver {
 
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current.load().as_ref().map(|i| Arc::clone(&i.certified))
+        self.current
+            .load()
+            .as_ref()
+            .map(|i| Arc::clone(&i.certified))
     }
 }
 
@@ -73,7 +79,7 @@ pub(crate) fn certify(bundle: &CertBundle, provider: &CryptoProvider) -> Result<
         .load_private_key(bundle.key().clone_key())
         .map_err(|source| Error::Key {
             origin: bundle.origin().clone(),
-            source,
+            source: Box::new(source),
         })?;
     let certified = CertifiedKey::new(bundle.chain().to_vec(), key);
     match certified.keys_match() {

@@ -29,7 +29,11 @@ async fn survives(mode: Mode, expected: &str, break_files: impl FnOnce(&KubeDir,
         status.current.as_ref().unwrap().fingerprint_sha256,
         good.fingerprint
     );
-    assert_eq!(h.served().await, good.fingerprint, "the old certificate still serves");
+    assert_eq!(
+        h.served().await,
+        good.fingerprint,
+        "the old certificate still serves"
+    );
 
     // Recovery: clear what the case left where the kubelet puts its symlinks, write a good pair.
     for name in ["tls.crt", "tls.key"] {
@@ -56,7 +60,11 @@ async fn all_cases(mode: Mode) {
     })
     .await;
     survives(mode, "not PEM (no BEGIN line) and not DER", |kube, good| {
-        write(kube, b"this is not a certificate\n", good.key_pem.as_bytes());
+        write(
+            kube,
+            b"this is not a certificate\n",
+            good.key_pem.as_bytes(),
+        );
     })
     .await;
     survives(mode, "tls.crt is empty", |kube, _| write(kube, b"", b"")).await;
@@ -67,7 +75,11 @@ async fn all_cases(mode: Mode) {
     .await;
     survives(mode, "the certificate expired at", |kube, _| {
         let expired = TestCa::new("expired").expired_leaf(&["localhost"]);
-        write(kube, expired.chain_pem.as_bytes(), expired.key_pem.as_bytes());
+        write(
+            kube,
+            expired.chain_pem.as_bytes(),
+            expired.key_pem.as_bytes(),
+        );
     })
     .await;
     survives(mode, "cannot read", |kube, _| {
@@ -106,7 +118,11 @@ async fn a_not_yet_valid_certificate_is_installed_when_it_becomes_valid() {
     let ca = TestCa::new("future");
     let now = SystemTime::now();
     let good = ca.leaf(&["localhost"]);
-    let future = ca.leaf_valid(&["localhost"], now + Duration::from_secs(2), now + Duration::from_secs(3600));
+    let future = ca.leaf_valid(
+        &["localhost"],
+        now + Duration::from_secs(2),
+        now + Duration::from_secs(3600),
+    );
     let h = Harness::kube(&good, Mode::Notify).await;
     write_kube(&h.kube, &future);
     h.wait_for("the rejection", |s| {

@@ -51,11 +51,18 @@ async fn no_handshake_fails_during_many_swaps() {
     for client in clients {
         for result in client.await.unwrap() {
             let fingerprint = result.expect("every handshake succeeds");
-            assert!(known.contains(&fingerprint), "served an unknown certificate");
+            assert!(
+                known.contains(&fingerprint),
+                "served an unknown certificate"
+            );
             served.insert(fingerprint);
         }
     }
     assert!(handshakes.load(Ordering::Relaxed) >= CLIENTS, "clients ran");
-    assert!(served.len() >= 2, "handshakes saw rotations: {}", served.len());
+    assert!(
+        served.len() >= 2,
+        "handshakes saw rotations: {}",
+        served.len()
+    );
     assert!(h.status().last_error.is_none());
 }

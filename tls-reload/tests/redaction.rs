@@ -29,10 +29,10 @@ async fn no_key_material_in_debug_or_errors() {
         (other.key_pem.as_str(), other.key_pem.as_str()),
         (good.chain_pem.as_str(), corrupt_key.as_str()),
     ] {
-        h.kube.write(&[("tls.crt", cert.as_bytes()), ("tls.key", key.as_bytes())]).unwrap();
-        let status = h
-            .wait_for("a rejection", |s| s.last_error.is_some())
-            .await;
+        h.kube
+            .write(&[("tls.crt", cert.as_bytes()), ("tls.key", key.as_bytes())])
+            .unwrap();
+        let status = h.wait_for("a rejection", |s| s.last_error.is_some()).await;
         let err = status.last_error.clone().unwrap();
         shown.push(err.to_string());
         shown.push(format!("{err:?}"));
@@ -44,9 +44,17 @@ async fn no_key_material_in_debug_or_errors() {
 
     // Decoder errors and a bundle.
     let d = Decoder::new();
-    shown.push(format!("{:?}", d.certificates("k", other.key_pem.as_bytes()).unwrap_err()));
+    shown.push(format!(
+        "{:?}",
+        d.certificates("k", other.key_pem.as_bytes()).unwrap_err()
+    ));
     let bundle = d
-        .bundle(("c", other.cert_pem.as_bytes()), ("k", other.key_pem.as_bytes()), None, Origin::SelfSigned)
+        .bundle(
+            ("c", other.cert_pem.as_bytes()),
+            ("k", other.key_pem.as_bytes()),
+            None,
+            Origin::SelfSigned,
+        )
         .unwrap();
     shown.push(format!("{bundle:?}"));
     shown.push(NotReady::Stopped { last_error: None }.to_string());

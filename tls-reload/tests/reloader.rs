@@ -35,7 +35,10 @@ async fn a_burst_installs_only_the_latest() {
     reloader.ready_timeout(PATIENCE).await.unwrap();
     let status = reloader.status().borrow().clone();
     assert_eq!(status.generation, 1, "only one swap for the burst");
-    assert_eq!(status.current.unwrap().fingerprint_sha256, certs[2].fingerprint);
+    assert_eq!(
+        status.current.unwrap().fingerprint_sha256,
+        certs[2].fingerprint
+    );
 }
 
 #[tokio::test]
@@ -47,11 +50,20 @@ async fn ready_timeout_says_why_nothing_was_installed() {
         .crypto_provider(common::provider())
         .spawn(source)
         .unwrap();
-    let err = reloader.ready_timeout(Duration::from_millis(300)).await.unwrap_err();
+    let err = reloader
+        .ready_timeout(Duration::from_millis(300))
+        .await
+        .unwrap_err();
     assert!(matches!(err, NotReady::TimedOut { .. }));
     let message = err.to_string();
-    assert!(message.starts_with("no certificate installed after 300ms: last error: cannot read"), "{message}");
-    assert!(message.contains(&missing.display().to_string()), "{message}");
+    assert!(
+        message.starts_with("no certificate installed after 300ms: last error: cannot read"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&missing.display().to_string()),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -61,7 +73,9 @@ async fn ready_fails_when_the_source_ends_with_nothing_good() {
         .crypto_provider(common::provider())
         .spawn(source)
         .unwrap();
-    let err = common::patiently("ready", reloader.ready()).await.unwrap_err();
+    let err = common::patiently("ready", reloader.ready())
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "the reloader stopped before any certificate was installed: last error: test: broken"
@@ -78,7 +92,8 @@ async fn the_same_material_after_an_error_clears_the_error_without_a_swap() {
         .unwrap();
     tx.unbounded_send(Ok(bundle(&cert))).unwrap();
     reloader.ready_timeout(PATIENCE).await.unwrap();
-    tx.unbounded_send(Err(tls_source::Error::source("test", "blip"))).unwrap();
+    tx.unbounded_send(Err(tls_source::Error::source("test", "blip")))
+        .unwrap();
     common::wait_for(reloader.status(), "the error", |s| s.last_error.is_some()).await;
     tx.unbounded_send(Ok(bundle(&cert))).unwrap();
     let status = common::wait_for(reloader.status(), "recovery", |s| s.last_error.is_none()).await;
@@ -113,9 +128,15 @@ async fn without_a_provider_the_feature_decides() {
     if cfg!(any(feature = "ring", feature = "aws-lc-rs")) {
         let reloader = spawned.expect("the feature's provider is used");
         reloader.ready_timeout(PATIENCE).await.unwrap();
-        assert!(rustls::crypto::CryptoProvider::get_default().is_none(), "and not installed");
+        assert!(
+            rustls::crypto::CryptoProvider::get_default().is_none(),
+            "and not installed"
+        );
     } else {
         let err = spawned.unwrap_err();
-        assert!(err.to_string().starts_with("no rustls crypto provider"), "{err}");
+        assert!(
+            err.to_string().starts_with("no rustls crypto provider"),
+            "{err}"
+        );
     }
 }

@@ -8,7 +8,11 @@ use tls_test::{TestCa, overwrite_in_place, replace_by_rename};
 
 async fn kubelet_swap(mode: Mode) {
     let ca = TestCa::new("rotation");
-    let (a, b, c) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let (a, b, c) = (
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+    );
     let h = Harness::kube(&a, mode).await;
     write_kube(&h.kube, &b);
     h.expect_served(&b).await;
@@ -38,7 +42,8 @@ async fn in_place(mode: Mode) {
     overwrite_in_place(&h.kube.file("tls.key"), b.key_pem.as_bytes()).unwrap();
     h.expect_served(&b).await;
     // Whatever was seen half-way, the latest input was good.
-    h.wait_for("no error left", |s| s.last_error.is_none()).await;
+    h.wait_for("no error left", |s| s.last_error.is_none())
+        .await;
 }
 
 #[tokio::test]
@@ -58,7 +63,8 @@ async fn rename_over(mode: Mode) {
     replace_by_rename(&h.kube.file("tls.key"), b.key_pem.as_bytes()).unwrap();
     replace_by_rename(&h.kube.file("tls.crt"), b.chain_pem.as_bytes()).unwrap();
     h.expect_served(&b).await;
-    h.wait_for("no error left", |s| s.last_error.is_none()).await;
+    h.wait_for("no error left", |s| s.last_error.is_none())
+        .await;
 }
 
 #[tokio::test]
@@ -93,7 +99,9 @@ async fn trigger_forces_a_read_without_any_event() {
     trigger.trigger();
     let fp = b.fingerprint.clone();
     common::wait_for(reloader.status(), "the triggered read", |s| {
-        s.current.as_ref().is_some_and(|c| c.fingerprint_sha256 == fp)
+        s.current
+            .as_ref()
+            .is_some_and(|c| c.fingerprint_sha256 == fp)
     })
     .await;
 }
@@ -125,8 +133,15 @@ async fn chain_and_ca_are_served_and_reported() {
     let info = reloader.status().borrow().current.clone().unwrap();
     assert_eq!(info.fingerprint_sha256, leaf.fingerprint);
     assert_eq!(info.dns_names, ["localhost"]);
-    assert_eq!(info.ip_addresses, ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(
+        info.ip_addresses,
+        ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(info.subject, "CN=localhost");
     assert_eq!(info.chain_len, 2);
-    assert!(info.origin.to_string().ends_with("tls.key"), "{}", info.origin);
+    assert!(
+        info.origin.to_string().ends_with("tls.key"),
+        "{}",
+        info.origin
+    );
 }

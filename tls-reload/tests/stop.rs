@@ -75,14 +75,21 @@ async fn cancelling_stops_the_task_drops_the_source_and_the_watcher() {
         .spawn(source)
         .unwrap();
     reloader.ready_timeout(PATIENCE).await.unwrap();
-    assert!(threads() > before, "the notify watcher runs a thread while the source lives");
+    assert!(
+        threads() > before,
+        "the notify watcher runs a thread while the source lives"
+    );
     assert!(reloader.status().borrow().running);
 
     token.cancel();
     common::patiently("the reload task ends", reloader.stopped()).await;
     assert!(dropped.load(Ordering::SeqCst), "the source was dropped");
     assert!(!reloader.status().borrow().running);
-    assert!(threads_become(before).await, "the watcher thread ended: {} threads, {before} before", threads());
+    assert!(
+        threads_become(before).await,
+        "the watcher thread ended: {} threads, {before} before",
+        threads()
+    );
 
     // The last certificate keeps serving after the stop.
     let server = TestServer::start(reloader.resolver()).await;

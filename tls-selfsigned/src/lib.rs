@@ -144,12 +144,35 @@ impl SelfSigned {
     /// [`Error::InvalidName`] for a name that cannot be in a certificate; [`Error::Generate`] if
     /// key generation or signing fails.
     pub fn generate(&self) -> Result<CertBundle, Error> {
+        let (cert, key) = self.generate_rcgen()?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
+        Ok(CertBundle::new(chain, key, Origin::SelfSigned))
+    }
+
+    /// Like [`generate`](Self::generate), as PEM text for writing to files (`tls.crt`,
+    /// `tls.key`; the key is PKCS#8).
+    ///
+    /// # Errors
+    /// As [`generate`](Self::generate).
+    pub fn generate_pem(&self) -> Result<PemPair, Error> {
+        let (cert, key) = self.generate_rcgen()?;
+        Ok(PemPair {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    fn generate_rcgen(&self) -> Result<(rcgen::Certificate, KeyPair), Error> {
         let mut params = CertificateParams::default();
         for name in &self.dns_names {
-            let ia5 = name.clone().try_into().map_err(|source| Error::InvalidName {
-                name: name.clone(),
-                source,
-            })?;
+            let ia5 = name
+                .clone()
+                .try_into()
+                .map_err(|source| Error::InvalidName {
+                    name: name.clone(),
+                    source,
+                })?;
             params.subject_alt_names.push(SanType::DnsName(ia5));
         }
         params
@@ -171,9 +194,7 @@ impl SelfSigned {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let key = KeyPair::generate().map_err(Error::Generate)?;
         let cert = params.self_signed(&key).map_err(Error::Generate)?;
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
-        Ok(CertBundle::new(chain, key, Origin::SelfSigned))
+        Ok((cert, key))
     }
 
     /// The generator as a source: a bundle at once, then a new one each time a third of the
@@ -190,7 +211,10 @@ impl SelfSigned {
                 match generator.generate() {
                     Ok(bundle) => {
                         let renew_at = SystemTime::now() + generator.validity * 2 / 3;
-                        Some((Ok(bundle), (generator, Some(renew_at), Duration::from_secs(1))))
+                        Some((
+                            Ok(bundle),
+                            (generator, Some(renew_at), Duration::from_secs(1)),
+                        ))
                     }
                     Err(err) => {
                         let retry_at = SystemTime::now() + backoff;
@@ -213,6 +237,24 @@ async fn wait_for_wall_clock(at: SystemTime) {
             return;
         };
         tokio::time::sleep(remaining.min(MAX_NAP)).await;
+    }
+}
+
+/// A generated certificate and its private key as PEM. `Debug` does not show the key.
+#[derive(Clone)]
+pub struct PemPair {
+    /// The certificate, PEM.
+    pub cert_pem: String,
+    /// The private key, PKCS#8 PEM.
+    pub key_pem: String,
+}
+
+impl fmt::Debug for PemPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PemPair")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
     }
 }
 
@@ -264,15 +306,27 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["localhost", "ip:4", "ip:16"]);
-        let lifetime = cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp();
-        assert!((3600..=3600 + 61).contains(&lifetime), "lifetime {lifetime}");
+        let lifetime =
+            cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp();
+        assert!(
+            (3600..=3600 + 61).contains(&lifetime),
+            "lifetime {lifetime}"
+        );
         assert!(matches!(bundle.origin(), Origin::SelfSigned));
     }
 
     #[test]
     fn refuses_a_bad_dns_name() {
-        let err = SelfSigned::builder().dns_name("bad\u{e9}name").build().generate().unwrap_err();
-        assert!(err.to_string().starts_with("invalid DNS name \"bad\u{e9}name\""), "{err}");
+        let err = SelfSigned::builder()
+            .dns_name("bad\u{e9}name")
+            .build()
+            .generate()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid DNS name \"bad\u{e9}name\""),
+            "{err}"
+        );
     }
 
     #[tokio::test]

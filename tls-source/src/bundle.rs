@@ -105,7 +105,11 @@ impl CertBundle {
     /// A bundle of a chain (leaf first) and its private key.
     ///
     /// Nothing is validated here: the reload core parses the leaf and checks that the key matches.
-    pub fn new(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>, origin: Origin) -> Self {
+    pub fn new(
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        origin: Origin,
+    ) -> Self {
         let mut bundle = Self {
             chain,
             key: Arc::new(key),
@@ -261,7 +265,10 @@ mod tests {
             cert: "/etc/tls/tls.crt".into(),
             key: "/etc/tls/tls.key".into(),
         };
-        assert_eq!(files.to_string(), "files /etc/tls/tls.crt + /etc/tls/tls.key");
+        assert_eq!(
+            files.to_string(),
+            "files /etc/tls/tls.crt + /etc/tls/tls.key"
+        );
         let secret = Origin::Secret {
             namespace: "web".into(),
             name: "tls".into(),

@@ -78,7 +78,11 @@ mod tests {
         let out: Vec<_> = stream::iter(items).dedup().collect().await;
         let digests: Vec<_> = out
             .iter()
-            .map(|r| r.as_ref().map(super::super::CertBundle::digest).map_err(ToString::to_string))
+            .map(|r| {
+                r.as_ref()
+                    .map(super::super::CertBundle::digest)
+                    .map_err(ToString::to_string)
+            })
             .collect();
         assert_eq!(
             digests,

@@ -69,7 +69,9 @@ pub enum Error {
     },
 
     /// The private key is encrypted with a passphrase; servers need it in the clear.
-    #[error("the private key in {input} is encrypted; provide it unencrypted (PKCS#8, PKCS#1 or SEC1)")]
+    #[error(
+        "the private key in {input} is encrypted; provide it unencrypted (PKCS#8, PKCS#1 or SEC1)"
+    )]
     EncryptedKey {
         /// The input: a path or a Secret key.
         input: String,

@@ -87,7 +87,8 @@ mod tests {
 
     #[tokio::test]
     async fn secondary_serves_until_primary_is_good_then_is_dropped() {
-        let (fallback_cert, file_a, file_b) = (bundle("self.test"), bundle("a.test"), bundle("b.test"));
+        let (fallback_cert, file_a, file_b) =
+            (bundle("self.test"), bundle("a.test"), bundle("b.test"));
         let dropped = Arc::new(AtomicBool::new(false));
         struct Flag(Arc<AtomicBool>);
         impl Drop for Flag {
@@ -106,16 +107,28 @@ mod tests {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let mut out = rx.fallback(secondary);
         tx.unbounded_send(Err(err("missing"))).unwrap();
-        assert_eq!(out.next().await.unwrap().unwrap_err().to_string(), "test: missing");
-        assert_eq!(out.next().await.unwrap().unwrap().digest(), fallback_cert.digest());
+        assert_eq!(
+            out.next().await.unwrap().unwrap_err().to_string(),
+            "test: missing"
+        );
+        assert_eq!(
+            out.next().await.unwrap().unwrap().digest(),
+            fallback_cert.digest()
+        );
         assert!(!dropped.load(Ordering::SeqCst));
         tx.unbounded_send(Ok(file_a.clone())).unwrap();
         assert_eq!(out.next().await.unwrap().unwrap().digest(), file_a.digest());
-        assert!(dropped.load(Ordering::SeqCst), "secondary dropped once primary is good");
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "secondary dropped once primary is good"
+        );
         tx.unbounded_send(Err(err("torn"))).unwrap();
         tx.unbounded_send(Ok(file_b.clone())).unwrap();
         drop(tx);
-        assert_eq!(out.next().await.unwrap().unwrap_err().to_string(), "test: torn");
+        assert_eq!(
+            out.next().await.unwrap().unwrap_err().to_string(),
+            "test: torn"
+        );
         assert_eq!(out.next().await.unwrap().unwrap().digest(), file_b.digest());
         assert!(out.next().await.is_none());
     }

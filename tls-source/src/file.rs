@@ -95,6 +95,7 @@ struct Config {
     cert: PathBuf,
     key: PathBuf,
     ca: Option<PathBuf>,
+    ca_required: bool,
     poll_interval: Duration,
     notify: bool,
     settle: Duration,
@@ -105,9 +106,18 @@ struct Config {
 
 impl FileSourceBuilder {
     /// Also reads a CA bundle (`ca.crt`) into [`CertBundle::ca`]. A missing CA file is an error
-    /// like a missing certificate: configure it only where it is expected.
+    /// like a missing certificate; see [`ca_if_present`](Self::ca_if_present) for an optional one.
     pub fn ca(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.ca = Some(path.into());
+        self.config.ca_required = true;
+        self
+    }
+
+    /// Reads a CA bundle into [`CertBundle::ca`] whenever the file exists; when it does not, the
+    /// bundle has no CA (as a `kubernetes.io/tls` Secret without `ca.crt`).
+    pub fn ca_if_present(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.ca = Some(path.into());
+        self.config.ca_required = false;
         self
     }
 
@@ -174,6 +184,7 @@ impl FileSource {
                 cert: cert.into(),
                 key: key.into(),
                 ca: None,
+                ca_required: false,
                 poll_interval: DEFAULT_POLL_INTERVAL,
                 notify: true,
                 settle: DEFAULT_SETTLE,
@@ -183,12 +194,10 @@ impl FileSource {
     }
 
     /// A source for the `kubernetes.io/tls` layout in `dir`: `tls.crt`, `tls.key`, and `ca.crt`
-    /// when that file exists when this is called.
+    /// whenever it exists ([`ca_if_present`](FileSourceBuilder::ca_if_present)).
     pub fn kubernetes_dir(dir: impl AsRef<Path>) -> FileSourceBuilder {
         let dir = dir.as_ref();
-        let builder = Self::builder(dir.join("tls.crt"), dir.join("tls.key"));
-        let ca = dir.join("ca.crt");
-        if ca.exists() { builder.ca(ca) } else { builder }
+        Self::builder(dir.join("tls.crt"), dir.join("tls.key")).ca_if_present(dir.join("ca.crt"))
     }
 
     /// A handle that forces a read now, bypassing the unchanged-input check, e.g. from a SIGHUP
@@ -221,7 +230,10 @@ impl fmt::Debug for FileSource {
 // ===== the state machine =====
 
 enum State {
-    Start { config: Arc<Config>, trigger: Trigger },
+    Start {
+        config: Arc<Config>,
+        trigger: Trigger,
+    },
     Running(Box<Running>),
 }
 
@@ -285,10 +297,8 @@ impl Running {
         } else {
             None
         };
-        let mut interval = tokio::time::interval_at(
-            Instant::now() + config.poll_interval,
-            config.poll_interval,
-        );
+        let mut interval =
+            tokio::time::interval_at(Instant::now() + config.poll_interval, config.poll_interval);
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Box::new(Self {
             config,
@@ -483,15 +493,24 @@ fn read_file(path: &Path, decoder: &Decoder) -> Result<Vec<u8>, Error> {
     Ok(bytes)
 }
 
+fn is_missing(path: &Path) -> bool {
+    matches!(fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// Reads every file, retrying while a change races the read (see [`FileSource`]).
 fn read_stable(config: &Config) -> Result<Files, Error> {
-    let paths: Vec<&Path> = [Some(config.cert.as_path()), Some(config.key.as_path()), config.ca.as_deref()]
-        .into_iter()
-        .flatten()
-        .collect();
     let mut attempt = 0;
     loop {
         attempt += 1;
+        // An optional CA is read when it exists at the first stat.
+        let ca = match (&config.ca, config.ca_required) {
+            (Some(ca), false) if is_missing(ca) => None,
+            (ca, _) => ca.as_deref(),
+        };
+        let paths: Vec<&Path> = [Some(config.cert.as_path()), Some(config.key.as_path()), ca]
+            .into_iter()
+            .flatten()
+            .collect();
         let before = paths
             .iter()
             .map(|p| stamp(p, &config.decoder))

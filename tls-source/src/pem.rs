@@ -228,7 +228,9 @@ mod tests {
         let ca = ca();
         let leaf = ca.leaf(&["example.test"]);
         let chain = format!("{}{}", leaf.cert_pem, ca.cert_pem());
-        let certs = Decoder::new().certificates("tls.crt", chain.as_bytes()).unwrap();
+        let certs = Decoder::new()
+            .certificates("tls.crt", chain.as_bytes())
+            .unwrap();
         assert_eq!(certs.len(), 2);
         assert_eq!(certs[0].as_ref(), leaf.cert_der.as_ref());
         assert_eq!(certs[1].as_ref(), ca.cert_der().as_ref());
@@ -255,7 +257,9 @@ mod tests {
     fn decodes_der() {
         let leaf = ca().leaf(&["der.test"]);
         let decoder = Decoder::new();
-        let certs = decoder.certificates("tls.crt", leaf.cert_der.as_ref()).unwrap();
+        let certs = decoder
+            .certificates("tls.crt", leaf.cert_der.as_ref())
+            .unwrap();
         assert_eq!(certs[0].as_ref(), leaf.cert_der.as_ref());
         let key = decoder.private_key("tls.key", &leaf.key_der).unwrap();
         assert!(matches!(key, PrivateKeyDer::Pkcs8(_)));
@@ -269,13 +273,18 @@ mod tests {
         let truncated = &leaf.cert_pem[..leaf.cert_pem.len() / 2];
         let cases: Vec<(Error, &str)> = vec![
             (d.certificates("a.crt", b"").unwrap_err(), "a.crt is empty"),
-            (d.certificates("a.crt", b" \n\t").unwrap_err(), "a.crt is empty"),
             (
-                d.certificates("a.crt", leaf.key_pem.as_bytes()).unwrap_err(),
+                d.certificates("a.crt", b" \n\t").unwrap_err(),
+                "a.crt is empty",
+            ),
+            (
+                d.certificates("a.crt", leaf.key_pem.as_bytes())
+                    .unwrap_err(),
                 "no certificate found in a.crt",
             ),
             (
-                d.private_key("a.key", leaf.cert_pem.as_bytes()).unwrap_err(),
+                d.private_key("a.key", leaf.cert_pem.as_bytes())
+                    .unwrap_err(),
                 "no private key found in a.key",
             ),
             (
@@ -291,7 +300,9 @@ mod tests {
                 "malformed a.crt: not PEM (no BEGIN line) and not DER",
             ),
             (
-                d.max_size(100).certificates("a.crt", leaf.cert_pem.as_bytes()).unwrap_err(),
+                d.max_size(100)
+                    .certificates("a.crt", leaf.cert_pem.as_bytes())
+                    .unwrap_err(),
                 "a.crt is larger than the limit of 100 bytes",
             ),
         ];
@@ -303,7 +314,9 @@ mod tests {
     #[test]
     fn refuses_encrypted_keys() {
         let pair = tls_test::fixture_encrypted_key();
-        let err = Decoder::new().private_key("enc.key", pair.as_bytes()).unwrap_err();
+        let err = Decoder::new()
+            .private_key("enc.key", pair.as_bytes())
+            .unwrap_err();
         assert!(matches!(err, Error::EncryptedKey { .. }), "{err}");
         assert!(err.to_string().contains("enc.key"));
     }
@@ -315,8 +328,13 @@ mod tests {
         let mut lines: Vec<String> = leaf.key_pem.lines().map(str::to_owned).collect();
         lines[1].replace_range(3..4, "*");
         let corrupt = lines.join("\n");
-        let err = Decoder::new().private_key("a.key", corrupt.as_bytes()).unwrap_err();
-        assert_eq!(err.to_string(), "malformed a.key: a PEM section is not valid base64");
+        let err = Decoder::new()
+            .private_key("a.key", corrupt.as_bytes())
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "malformed a.key: a PEM section is not valid base64"
+        );
     }
 
     proptest::proptest! {

@@ -69,30 +69,50 @@ impl TestCa {
     /// A leaf for `names` (DNS names or IP addresses), valid from an hour ago for a day.
     pub fn leaf(&self, names: &[&str]) -> TestCert {
         let now = SystemTime::now();
-        self.leaf_valid(names, now - Duration::from_secs(3600), now + Duration::from_secs(86400))
+        self.leaf_valid(
+            names,
+            now - Duration::from_secs(3600),
+            now + Duration::from_secs(86400),
+        )
     }
 
     /// A leaf for `names` whose validity ended a minute ago.
     pub fn expired_leaf(&self, names: &[&str]) -> TestCert {
         let now = SystemTime::now();
-        self.leaf_valid(names, now - Duration::from_secs(86400), now - Duration::from_secs(60))
+        self.leaf_valid(
+            names,
+            now - Duration::from_secs(86400),
+            now - Duration::from_secs(60),
+        )
     }
 
     /// A leaf for `names` whose validity starts in a day.
     pub fn future_leaf(&self, names: &[&str]) -> TestCert {
         let now = SystemTime::now();
-        self.leaf_valid(names, now + Duration::from_secs(86400), now + Duration::from_secs(2 * 86400))
+        self.leaf_valid(
+            names,
+            now + Duration::from_secs(86400),
+            now + Duration::from_secs(2 * 86400),
+        )
     }
 
     /// A leaf for `names`, valid between the two instants.
     ///
     /// # Panics
     /// If a name is not a valid DNS name or IP address.
-    pub fn leaf_valid(&self, names: &[&str], not_before: SystemTime, not_after: SystemTime) -> TestCert {
+    pub fn leaf_valid(
+        &self,
+        names: &[&str],
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> TestCert {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone()).expect("valid names");
         let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+        dn.push(
+            DnType::CommonName,
+            names.first().cloned().unwrap_or_default(),
+        );
         params.distinguished_name = dn;
         params.not_before = not_before.into();
         params.not_after = not_after.into();
@@ -127,7 +147,10 @@ impl TestCert {
 
 /// SHA-256 of a certificate's DER, lower-case hex.
 pub fn fingerprint(der: &[u8]) -> String {
-    Sha256::digest(der).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Private key formats among the fixtures.

@@ -75,6 +75,21 @@ impl KubeDir {
                 symlink(&Path::new("..data").join(name), &visible)?;
             }
         }
+        // Like the kubelet, remove the user-visible links of files the new set no longer has.
+        if let Some(old) = &old {
+            if let Ok(entries) = fs::read_dir(self.dir.join(old)) {
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    if !files.iter().any(|(n, _)| name == *n) {
+                        let visible = self.dir.join(&name);
+                        if fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
+                        {
+                            fs::remove_file(visible)?;
+                        }
+                    }
+                }
+            }
+        }
         if let Some(old) = old {
             match fs::remove_dir_all(self.dir.join(old)) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -102,7 +117,10 @@ impl KubeDir {
 /// Any I/O error.
 pub fn overwrite_in_place(path: &Path, content: &[u8]) -> io::Result<()> {
     use std::io::Write as _;
-    let mut file = fs::OpenOptions::new().write(true).truncate(true).open(path)?;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)?;
     file.write_all(content)?;
     file.sync_all()
 }
@@ -133,7 +151,10 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 
 #[cfg(not(unix))]
 fn symlink(_target: &Path, _link: &Path) -> io::Result<()> {
-    Err(io::Error::new(io::ErrorKind::Unsupported, "symlinks need Unix"))
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "symlinks need Unix",
+    ))
 }
 
 #[cfg(not(unix))]

@@ -17,7 +17,7 @@ pub use certs::{
     fixture_pair,
 };
 pub use kube_dir::{KubeDir, overwrite_in_place, replace_by_rename};
-pub use probe::{Served, probe, probe_trusting};
+pub use probe::{Served, https_get, probe, probe_trusting};
 pub use server::TestServer;
 
 /// How long tests wait for something that should happen in milliseconds.

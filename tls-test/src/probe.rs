@@ -44,7 +44,9 @@ pub async fn probe(addr: SocketAddr, server_name: &str) -> io::Result<Served> {
         .with_no_client_auth();
     handshake(addr, server_name, config).await?;
     let chain = seen.lock().expect("not poisoned").clone();
-    let leaf = chain.first().ok_or_else(|| io::Error::other("no certificate served"))?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| io::Error::other("no certificate served"))?;
     Ok(Served {
         fingerprint: fingerprint(leaf),
         chain,
@@ -65,17 +67,105 @@ pub async fn probe_trusting(
     for root in roots {
         store.add(root.clone()).map_err(io::Error::other)?;
     }
-    let config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(io::Error::other)?
-        .with_root_certificates(store)
-        .with_no_client_auth();
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(io::Error::other)?
+            .with_root_certificates(store)
+            .with_no_client_auth();
     let chain = handshake(addr, server_name, config).await?;
-    let leaf = chain.first().ok_or_else(|| io::Error::other("no certificate served"))?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| io::Error::other("no certificate served"))?;
     Ok(Served {
         fingerprint: fingerprint(leaf),
         chain,
     })
+}
+
+/// Sends `GET path` over HTTP/1.1 on a TLS connection (any certificate accepted, signature
+/// checked as in [`probe`]) and returns the status code, the body and what was served.
+///
+/// # Errors
+/// Connection, handshake and HTTP framing failures.
+pub async fn https_get(
+    addr: SocketAddr,
+    server_name: &str,
+    path: &str,
+) -> io::Result<(u16, String, Served)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let verifier = Arc::new(Recording {
+        provider: provider.clone(),
+        seen: seen.clone(),
+    });
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
+    let tcp = TcpStream::connect(addr).await?;
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    match tls.read_to_end(&mut response).await {
+        Ok(_) => {}
+        // Some servers close without close_notify; what was read is complete for Connection: close.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+        Err(e) => return Err(e),
+    }
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| io::Error::other("no end of headers"))?;
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| io::Error::other("no status code"))?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    let chain = seen.lock().expect("not poisoned").clone();
+    let leaf = chain
+        .first()
+        .ok_or_else(|| io::Error::other("no certificate served"))?;
+    Ok((
+        code,
+        body,
+        Served {
+            fingerprint: fingerprint(leaf),
+            chain,
+        },
+    ))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 async fn handshake(
@@ -85,7 +175,9 @@ async fn handshake(
 ) -> io::Result<Vec<CertificateDer<'static>>> {
     let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
     let tcp = TcpStream::connect(addr).await?;
-    let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await?;
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
     let (_, conn) = tls.get_ref();
     Ok(conn
         .peer_certificates()
@@ -120,7 +212,12 @@ impl ServerCertVerifier for Recording {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -129,7 +226,12 @@ impl ServerCertVerifier for Recording {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

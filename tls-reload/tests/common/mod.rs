@@ -1,4 +1,4 @@
-//! Shared set-up of the tls-reload integration tests: a directory of files, a FileSource, a
+//! Shared set-up of the tls-reload integration tests: a directory of files, a `FileSource`, a
 //! Reloader and a real TLS server in front of it.
 
 #![allow(dead_code, unreachable_pub)]
@@ -50,8 +50,12 @@ pub fn write_kube(kube: &KubeDir, cert: &TestCert) {
 pub fn source(kube: &KubeDir, mode: Mode) -> FileSource {
     let builder = FileSource::builder(kube.file("tls.crt"), kube.file("tls.key"));
     match mode {
-        Mode::Notify => builder.notify(true).poll_interval(Duration::from_secs(3600)),
-        Mode::Poll => builder.notify(false).poll_interval(Duration::from_millis(100)),
+        Mode::Notify => builder
+            .notify(true)
+            .poll_interval(Duration::from_secs(3600)),
+        Mode::Poll => builder
+            .notify(false)
+            .poll_interval(Duration::from_millis(100)),
     }
     .build()
 }
@@ -76,13 +80,21 @@ impl Harness {
         Self::start(dir, kube, source, first).await
     }
 
-    async fn start(dir: tempfile::TempDir, kube: KubeDir, source: FileSource, first: &TestCert) -> Self {
+    async fn start(
+        dir: tempfile::TempDir,
+        kube: KubeDir,
+        source: FileSource,
+        first: &TestCert,
+    ) -> Self {
         let trigger = source.trigger();
         let reloader = Reloader::builder()
             .crypto_provider(provider())
             .spawn(source)
             .expect("spawn reloader");
-        reloader.ready_timeout(PATIENCE).await.expect("first certificate installed");
+        reloader
+            .ready_timeout(PATIENCE)
+            .await
+            .expect("first certificate installed");
         let server = TestServer::start(reloader.resolver()).await;
         let harness = Self {
             dir,
@@ -116,7 +128,9 @@ impl Harness {
     pub async fn expect_served(&self, cert: &TestCert) {
         let fp = cert.fingerprint.clone();
         self.wait_for("the new certificate installed", |s| {
-            s.current.as_ref().is_some_and(|c| c.fingerprint_sha256 == fp)
+            s.current
+                .as_ref()
+                .is_some_and(|c| c.fingerprint_sha256 == fp)
         })
         .await;
         assert_eq!(self.served().await, cert.fingerprint);

@@ -1,0 +1,272 @@
+//! The `serve` example as a user runs it: a real process, real files swapped the kubelet's way,
+//! real HTTPS requests, real signals.
+//!
+//! `cargo test --workspace` builds the examples before it runs this; the binary is found beside
+//! the test binary (`target/<profile>/examples/serve`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tls_test::{KubeDir, PATIENCE, TestCa, TestCert};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test --workspace` (or `cargo build --examples`) first",
+        path.display()
+    );
+    path
+}
+
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Serve {
+    async fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(example("serve"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("serve announces itself in time")
+            .unwrap()
+            .expect("a line on stdout");
+        let addr = line
+            .strip_prefix("listening on https://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        Self { child, addr, lines }
+    }
+
+    /// `GET /`: the JSON status and the fingerprint of the certificate the connection was served.
+    async fn get(&self) -> (serde_json::Value, String) {
+        let (code, body, served) = tls_test::https_get(self.addr, "localhost", "/")
+            .await
+            .expect("GET /");
+        assert_eq!(code, 200, "{body}");
+        let json = serde_json::from_str(&body).expect("JSON status");
+        (json, served.fingerprint)
+    }
+
+    /// The status while nothing rotates: it describes the certificate served.
+    async fn status(&self) -> serde_json::Value {
+        let (json, served) = self.get().await;
+        assert_eq!(
+            json["fingerprint_sha256"], served,
+            "status describes what is served"
+        );
+        json
+    }
+
+    /// Polls `GET /` until `pred` holds.
+    async fn wait_status(
+        &self,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            // A rotation may land between the handshake and the request: wait until both agree.
+            let (status, served) = self.get().await;
+            if pred(&status) && status["fingerprint_sha256"] == served {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// Waits for the process to exit; checks that stdout had exactly the one line.
+    async fn exit_code(mut self) -> Option<i32> {
+        let code = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("exits in time")
+            .unwrap()
+            .code();
+        let extra = self.lines.next_line().await.unwrap();
+        assert_eq!(extra, None, "nothing but the listening line on stdout");
+        code
+    }
+}
+
+fn write(kube: &KubeDir, cert: &TestCert) {
+    kube.write(&[
+        ("tls.crt", cert.chain_pem.as_bytes()),
+        ("tls.key", cert.key_pem.as_bytes()),
+    ])
+    .unwrap();
+}
+
+#[tokio::test]
+async fn default_is_a_self_signed_certificate_for_localhost() {
+    let serve = Serve::start(&[]).await;
+    let status = serve.status().await;
+    assert_eq!(status["origin"], "self-signed");
+    assert_eq!(status["generation"], 1);
+    assert_eq!(status["last_error"], serde_json::Value::Null);
+    assert_eq!(status["dns_names"], serde_json::json!(["localhost"]));
+    assert_eq!(
+        status["ip_addresses"],
+        serde_json::json!(["127.0.0.1", "::1"])
+    );
+    let not_after = status["not_after"].as_str().unwrap();
+    assert!(
+        not_after.ends_with('Z') && not_after.len() == 20,
+        "RFC 3339: {not_after}"
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn follows_a_kubelet_style_directory_and_reports_bad_updates() {
+    let ca = TestCa::new("serve example");
+    let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("certs")).unwrap();
+    kube.write(&[
+        ("tls.crt", a.chain_pem.as_bytes()),
+        ("tls.key", a.key_pem.as_bytes()),
+        ("ca.crt", a.ca_pem.as_bytes()),
+    ])
+    .unwrap();
+    let serve = Serve::start(&[
+        "--cert-dir",
+        kube.path().to_str().unwrap(),
+        "--poll",
+        "100ms",
+    ])
+    .await;
+    let status = serve.status().await;
+    assert_eq!(status["fingerprint_sha256"], a.fingerprint);
+    assert!(
+        status["origin"].as_str().unwrap().contains("tls.crt"),
+        "{status}"
+    );
+
+    write(&kube, &b);
+    serve
+        .wait_status("the rotated certificate", |s| {
+            s["fingerprint_sha256"] == b.fingerprint
+        })
+        .await;
+
+    kube.write(&[("tls.crt", b"garbage"), ("tls.key", b.key_pem.as_bytes())])
+        .unwrap();
+    let status = serve
+        .wait_status("the error", |s| !s["last_error"].is_null())
+        .await;
+    assert_eq!(
+        status["fingerprint_sha256"], b.fingerprint,
+        "the last good one keeps serving"
+    );
+    assert!(
+        status["last_error"].as_str().unwrap().contains("tls.crt"),
+        "{status}"
+    );
+
+    write(&kube, &a);
+    let status = serve
+        .wait_status("recovery", |s| s["fingerprint_sha256"] == a.fingerprint)
+        .await;
+    assert_eq!(status["last_error"], serde_json::Value::Null);
+
+    serve.signal("-INT");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn sighup_rereads_the_files() {
+    let ca = TestCa::new("serve sighup");
+    let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
+    std::fs::write(&cert, &a.chain_pem).unwrap();
+    std::fs::write(&key, &a.key_pem).unwrap();
+    let args = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--no-notify",
+        "--poll",
+        "1h",
+    ];
+    let serve = Serve::start(&args).await;
+    assert_eq!(serve.status().await["fingerprint_sha256"], a.fingerprint);
+    std::fs::write(&cert, &b.chain_pem).unwrap();
+    std::fs::write(&key, &b.key_pem).unwrap();
+    // Neither a watch nor a poll will see it: only SIGHUP.
+    serve.signal("-HUP");
+    serve
+        .wait_status("the re-read", |s| s["fingerprint_sha256"] == b.fingerprint)
+        .await;
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn bad_arguments_are_explained() {
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("serve"))
+            .args(["--cert", "only.crt"])
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--cert and --key go together"), "{stderr}");
+    assert!(stderr.contains("usage: serve"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_invalid_listen_address_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("serve"))
+            .args(["--listen", "256.0.0.1:1"])
+            .args(["--cert-dir", dir.path().to_str().unwrap()])
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen 256.0.0.1:1"));
+}
