@@ -140,3 +140,24 @@ async fn without_a_provider_the_feature_decides() {
         );
     }
 }
+
+#[tokio::test]
+async fn nothing_is_served_before_the_first_certificate() {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .spawn(rx)
+        .unwrap();
+    let server = tls_test::TestServer::start(reloader.resolver()).await;
+    assert!(reloader.resolver().current().is_none());
+    let refused = tls_test::probe(server.addr(), "localhost").await;
+    assert!(
+        refused.is_err(),
+        "a handshake before the first certificate fails cleanly"
+    );
+    let cert = TestCa::new("first").leaf(&["localhost"]);
+    tx.unbounded_send(Ok(bundle(&cert))).unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let served = tls_test::probe(server.addr(), "localhost").await.unwrap();
+    assert_eq!(served.fingerprint, cert.fingerprint);
+}

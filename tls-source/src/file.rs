@@ -544,3 +544,131 @@ fn read_stable(config: &Config) -> Result<Files, Error> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use futures::StreamExt as _;
+
+    use super::*;
+
+    /// Collects what `tracing` writes, for the duration of a test.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn warns_once_about_a_key_readable_by_others() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let cert = tls_test::TestCa::new("mode").leaf(&["localhost"]);
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        fs::write(&crt, &cert.cert_pem).unwrap();
+        fs::write(&key, &cert.key_pem).unwrap();
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+        let mut source = FileSource::builder(&crt, &key).notify(false).build();
+        let trigger = source.trigger();
+        source.next().await.unwrap().unwrap();
+        trigger.trigger();
+        source.next().await.unwrap().unwrap();
+        let text = logs.text();
+        assert_eq!(
+            text.matches("readable by group or others").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains(&key.display().to_string()), "{text}");
+        assert!(text.contains("mode=644"), "{text}");
+
+        // A 0600 key draws no warning.
+        let logs_before = logs.text().len();
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+        let mut quiet = FileSource::builder(&crt, &key).notify(false).build();
+        quiet.next().await.unwrap().unwrap();
+        assert!(!logs.text()[logs_before..].contains("readable by group"));
+    }
+
+    #[tokio::test]
+    async fn unchanged_files_yield_nothing_and_a_repeated_error_is_said_once() {
+        let cert = tls_test::TestCa::new("quiet").leaf(&["localhost"]);
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        fs::write(&crt, &cert.cert_pem).unwrap();
+        fs::write(&key, &cert.key_pem).unwrap();
+        let mut source = FileSource::builder(&crt, &key)
+            .notify(false)
+            .poll_interval(Duration::from_millis(10))
+            .build();
+        let first = source.next().await.unwrap().unwrap();
+        assert_eq!(first.chain().len(), 1);
+        // Several polls pass with nothing new.
+        let idle = tokio::time::timeout(Duration::from_millis(100), source.next()).await;
+        assert!(idle.is_err(), "unchanged files yield nothing");
+        fs::remove_file(&key).unwrap();
+        let err = source.next().await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Read { .. }), "{err}");
+        let repeat = tokio::time::timeout(Duration::from_millis(100), source.next()).await;
+        assert!(repeat.is_err(), "the same error is not repeated every poll");
+        fs::write(&key, &cert.key_pem).unwrap();
+        let back = source.next().await.unwrap().unwrap();
+        assert_eq!(back.digest(), first.digest());
+    }
+
+    #[tokio::test]
+    async fn an_optional_ca_is_read_when_present() {
+        let cert = tls_test::TestCa::new("ca").leaf(&["localhost"]);
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("tls.crt"), &cert.cert_pem).unwrap();
+        fs::write(dir.path().join("tls.key"), &cert.key_pem).unwrap();
+        let mut source = FileSource::kubernetes_dir(dir.path()).notify(false).build();
+        let trigger = source.trigger();
+        assert!(source.next().await.unwrap().unwrap().ca().is_empty());
+        fs::write(dir.path().join("ca.crt"), &cert.ca_pem).unwrap();
+        trigger.trigger();
+        let with_ca = source.next().await.unwrap().unwrap();
+        assert_eq!(with_ca.ca().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_file_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (dir.path().join("big.crt"), dir.path().join("tls.key"));
+        fs::write(&crt, vec![b'a'; 2048]).unwrap();
+        fs::write(&key, b"k").unwrap();
+        let mut source = FileSource::builder(&crt, &key)
+            .max_size(1024)
+            .notify(false)
+            .build();
+        let err = source.next().await.unwrap().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{} is larger than the limit of 1024 bytes", crt.display())
+        );
+    }
+}
