@@ -106,7 +106,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .iter()
         .fold(SelfSigned::builder(), |b, name| b.name(name))
         .validity(args.validity)
-        .build();
+        .build()?;
     let dir =
         KubeDir::new(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
     let mut written = 0u64;

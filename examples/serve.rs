@@ -3,10 +3,14 @@
 //! ```text
 //! cargo run --example serve -- [--listen ADDR] [--cert PATH --key PATH [--ca PATH]]
 //!                              [--cert-dir DIR] [--poll DURATION] [--no-notify]
+//!                              [--name NAME]... [--self-signed-validity DURATION]
+//!                              [--self-signed-dir DIR] [--self-signed-ca]
 //! ```
 //!
-//! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`
-//!   and `::1`, renewed before it expires: nothing to set up.
+//! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
+//!   `::1` and each `--name`, renewed when a third of its validity (default 90 days) remains:
+//!   nothing to set up. `--self-signed-dir` keeps it across restarts; `--self-signed-ca` signs
+//!   the leaves with a stable CA (shown in the status) that clients can trust.
 //! - `--cert-dir DIR` reads the `kubernetes.io/tls` layout: `DIR/tls.crt`, `DIR/tls.key`, and
 //!   `DIR/ca.crt` when present. Try it with `cargo run --example rotate -- DIR`.
 //! - `GET /` answers the reloader's status as JSON.
@@ -42,6 +46,8 @@ use tokio_util::sync::CancellationToken;
 const USAGE: &str = "\
 usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DIR]
              [--poll DURATION] [--no-notify]
+             [--name NAME]... [--self-signed-validity DURATION] [--self-signed-dir DIR]
+             [--self-signed-ca]
 
   --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
@@ -51,7 +57,12 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --poll DURATION    how often to check the files without an event (default 10s)
   --no-notify        do not watch the directories; poll only
 
-With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.";
+With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.
+  --name NAME                     also for this DNS name or IP address (repeatable)
+  --self-signed-validity DURATION lifetime of each certificate, e.g. 6s or 90d (default 90d);
+                                  renewed when a third remains
+  --self-signed-dir DIR           keep the certificate (and CA) in DIR and reuse it on restart
+  --self-signed-ca                sign the certificates with a stable CA, shown in the status";
 
 /// How long the server waits for the first certificate before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,9 +71,17 @@ const GRACE: Duration = Duration::from_secs(10);
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+#[derive(Debug, Default)]
+struct SelfSignedArgs {
+    names: Vec<String>,
+    validity: Option<Duration>,
+    dir: Option<PathBuf>,
+    ca: bool,
+}
+
 #[derive(Debug)]
 enum Certs {
-    SelfSigned,
+    SelfSigned(SelfSignedArgs),
     Files {
         cert: PathBuf,
         key: PathBuf,
@@ -84,6 +103,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let (mut cert, mut key, mut ca, mut dir) = (None, None, None, None);
     let mut poll = tls_source::DEFAULT_POLL_INTERVAL;
     let mut notify = true;
+    let mut self_signed = SelfSignedArgs::default();
+    let mut self_signed_flags = false;
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -106,12 +127,38 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 }
             }
             "--no-notify" => notify = false,
+            "--name" => {
+                self_signed.names.push(value()?);
+                self_signed_flags = true;
+            }
+            "--self-signed-validity" => {
+                let v = value()?;
+                let validity = humantime::parse_duration(&v).with_context(|| {
+                    format!("--self-signed-validity {v}: not a duration like 6s or 90d")
+                })?;
+                self_signed.validity = Some(validity);
+                self_signed_flags = true;
+            }
+            "--self-signed-dir" => {
+                self_signed.dir = Some(PathBuf::from(value()?));
+                self_signed_flags = true;
+            }
+            "--self-signed-ca" => {
+                self_signed.ca = true;
+                self_signed_flags = true;
+            }
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown argument {other:?}"),
         }
     }
+    let files = cert.is_some() || key.is_some() || ca.is_some() || dir.is_some();
+    if files && self_signed_flags {
+        bail!(
+            "--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir"
+        );
+    }
     let certs = match (cert, key, ca, dir) {
-        (None, None, None, None) => Certs::SelfSigned,
+        (None, None, None, None) => Certs::SelfSigned(self_signed),
         (None, None, None, Some(dir)) => Certs::Dir(dir),
         (Some(cert), Some(key), ca, None) => Certs::Files { cert, key, ca },
         (_, _, _, Some(_)) => bail!("--cert-dir cannot be combined with --cert, --key or --ca"),
@@ -159,7 +206,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let shutdown = CancellationToken::new();
 
-    let (source, trigger) = source(&args);
+    let (source, trigger) = source(&args)?;
     let reloader = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .spawn(source)?;
@@ -188,20 +235,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn source(args: &Args) -> (BoxCertSource, Option<Trigger>) {
+fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
     let files = |builder: tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
-        (source.boxed(), Some(trigger))
+        Ok((source.boxed(), Some(trigger)))
     };
     match &args.certs {
-        Certs::SelfSigned => {
-            let generator = SelfSigned::builder()
-                .dns_name("localhost")
-                .name("127.0.0.1")
-                .name("::1")
-                .build();
-            (generator.into_source().boxed(), None)
+        Certs::SelfSigned(options) => {
+            let mut names: Vec<&str> = vec!["localhost", "127.0.0.1", "::1"];
+            for name in &options.names {
+                if !names.contains(&name.as_str()) {
+                    names.push(name);
+                }
+            }
+            let mut builder = names
+                .into_iter()
+                .fold(SelfSigned::builder(), |b, n| b.name(n));
+            if let Some(validity) = options.validity {
+                builder = builder.validity(validity);
+            }
+            if let Some(dir) = &options.dir {
+                builder = builder.persist(dir);
+            }
+            if options.ca {
+                builder = builder.ca();
+            }
+            Ok((builder.build()?.into_source().boxed(), None))
         }
         Certs::Files { cert, key, ca } => {
             let builder = FileSource::builder(cert, key);
@@ -297,6 +357,7 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serd
         "not_before": current.map(|c| Rfc3339(c.not_before).to_string()),
         "not_after": current.map(|c| Rfc3339(c.not_after).to_string()),
         "origin": current.map(|c| c.origin.to_string()),
+        "ca_fingerprints_sha256": current.map(|c| &c.ca_fingerprints_sha256),
         "loaded_at": current.map(|c| Rfc3339(c.loaded_at).to_string()),
         "generation": status.generation,
         "last_error": status.last_error.as_ref().map(ToString::to_string),

@@ -353,10 +353,7 @@ impl Task {
 
     fn validate(&self, bundle: &CertBundle) -> Result<(tls::Installed, CertInfo), Error> {
         let origin = bundle.origin();
-        let leaf = bundle.leaf().ok_or_else(|| Error::EmptyChain {
-            origin: origin.clone(),
-        })?;
-        let info = CertInfo::inspect(leaf, bundle.chain().len(), origin)?;
+        let info = CertInfo::inspect(bundle)?;
         let installed = tls::certify(bundle, &self.provider)?;
         let now = SystemTime::now();
         if self.policy.rejects_expired() && now > info.not_after {

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tls_source::Origin;
+use tls_source::{CertBundle, Origin};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
@@ -50,11 +50,18 @@ pub struct CertInfo {
     pub loaded_at: SystemTime,
     /// How many certificates the chain holds (leaf included).
     pub chain_len: usize,
+    /// SHA-256 of each certificate of the bundle's CA bundle (`ca.crt`), lower-case hex; empty
+    /// when there is none.
+    pub ca_fingerprints_sha256: Vec<String>,
 }
 
 impl CertInfo {
-    /// Parses the leaf certificate of `chain`.
-    pub(crate) fn inspect(leaf: &[u8], chain_len: usize, origin: &Origin) -> Result<Self, Error> {
+    /// Parses the leaf certificate of `bundle`.
+    pub(crate) fn inspect(bundle: &CertBundle) -> Result<Self, Error> {
+        let origin = bundle.origin();
+        let leaf = bundle.leaf().ok_or_else(|| Error::EmptyChain {
+            origin: origin.clone(),
+        })?;
         let parse_err = |reason: String| Error::Parse {
             origin: origin.clone(),
             reason,
@@ -91,7 +98,12 @@ impl CertInfo {
             not_after: from_unix(validity.not_after.timestamp()),
             origin: origin.clone(),
             loaded_at: SystemTime::now(),
-            chain_len,
+            chain_len: bundle.chain().len(),
+            ca_fingerprints_sha256: bundle
+                .ca()
+                .iter()
+                .map(|ca| tls_source::Digest::of(ca).to_string())
+                .collect(),
         })
     }
 }

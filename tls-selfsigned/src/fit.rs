@@ -1,0 +1,434 @@
+//! "Does the existing certificate still fit?": regenerate only when it must.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rcgen::{KeyPair, PublicKeyData as _};
+use rustls_pki_types::PrivateKeyDer;
+use tls_source::CertBundle;
+use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
+
+use crate::SelfSigned;
+
+/// Why a certificate must be regenerated. Generation is the expensive step: the check comes first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unfit {
+    /// The certificate or the key is missing.
+    Missing {
+        /// `certificate` or `private key`.
+        what: &'static str,
+    },
+    /// The certificate or the key cannot be parsed.
+    Unparsable {
+        /// `certificate` or `private key`.
+        what: &'static str,
+        /// What the parser said (never key bytes).
+        reason: String,
+    },
+    /// The key does not belong to the certificate.
+    KeyMismatch,
+    /// The certificate has expired.
+    Expired {
+        /// When.
+        not_after: SystemTime,
+    },
+    /// The certificate is inside its renewal window.
+    RenewalDue {
+        /// When it expires.
+        not_after: SystemTime,
+    },
+    /// The certificate's validity has not started (the clock was stepped back).
+    NotYetValid {
+        /// When it starts.
+        not_before: SystemTime,
+    },
+    /// Wanted DNS names are not on the certificate.
+    MissingDnsNames(Vec<String>),
+    /// Wanted IP addresses are not on the certificate.
+    MissingIpAddresses(Vec<IpAddr>),
+    /// In CA mode: the certificate was not signed by the current CA.
+    WrongIssuer,
+}
+
+impl fmt::Display for Unfit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing { what } => write!(f, "the {what} is missing"),
+            Self::Unparsable { what, reason } => write!(f, "the {what} cannot be parsed: {reason}"),
+            Self::KeyMismatch => f.write_str("the private key does not match the certificate"),
+            Self::Expired { not_after } => {
+                write!(f, "the certificate expired at {}", unix(*not_after))
+            }
+            Self::RenewalDue { not_after } => {
+                write!(
+                    f,
+                    "the certificate is due for renewal (it expires at {})",
+                    unix(*not_after)
+                )
+            }
+            Self::NotYetValid { not_before } => {
+                write!(
+                    f,
+                    "the certificate is not valid before {}",
+                    unix(*not_before)
+                )
+            }
+            Self::MissingDnsNames(names) => write!(f, "the certificate lacks DNS names {names:?}"),
+            Self::MissingIpAddresses(ips) => {
+                write!(f, "the certificate lacks IP addresses {ips:?}")
+            }
+            Self::WrongIssuer => f.write_str("the certificate was not signed by the current CA"),
+        }
+    }
+}
+
+impl std::error::Error for Unfit {}
+
+fn unix(t: SystemTime) -> String {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => format!("{}s after the Unix epoch", d.as_secs()),
+        Err(_) => "a time before the Unix epoch".to_owned(),
+    }
+}
+
+// ===== the checks =====
+
+impl SelfSigned {
+    /// Whether a certificate and key (PEM, as found on disk; `None` when missing) can still be
+    /// served for this configuration, or why not. See [`check_bundle`](Self::check_bundle).
+    ///
+    /// ```
+    /// use tls_selfsigned::{SelfSigned, Unfit};
+    ///
+    /// let generator = SelfSigned::builder().dns_name("localhost").build().unwrap();
+    /// let pem = generator.generate_pem().unwrap();
+    /// assert_eq!(generator.check(Some(pem.cert_pem.as_bytes()), Some(pem.key_pem.as_bytes())), Ok(()));
+    ///
+    /// let wider = SelfSigned::builder().dns_name("localhost").dns_name("api.test").build().unwrap();
+    /// let why = wider.check(Some(pem.cert_pem.as_bytes()), Some(pem.key_pem.as_bytes()));
+    /// assert_eq!(why, Err(Unfit::MissingDnsNames(vec!["api.test".into()])));
+    /// ```
+    ///
+    /// # Errors
+    /// The first reason found, in the order of [`Unfit`]'s variants.
+    pub fn check(&self, cert_pem: Option<&[u8]>, key_pem: Option<&[u8]>) -> Result<(), Unfit> {
+        let cert_pem = cert_pem.ok_or(Unfit::Missing {
+            what: "certificate",
+        })?;
+        let key_pem = key_pem.ok_or(Unfit::Missing {
+            what: "private key",
+        })?;
+        let decoder = tls_source::Decoder::new();
+        let chain =
+            decoder
+                .certificates("certificate", cert_pem)
+                .map_err(|e| Unfit::Unparsable {
+                    what: "certificate",
+                    reason: e.to_string(),
+                })?;
+        let key = decoder
+            .private_key("private key", key_pem)
+            .map_err(|e| Unfit::Unparsable {
+                what: "private key",
+                reason: e.to_string(),
+            })?;
+        self.check_parts(&chain[0], &key)
+    }
+
+    /// Whether a bundle can still be served for this configuration, or why not: regenerate only
+    /// when the key does not match, the certificate is expired or inside the renewal window, or
+    /// the wanted names are not all on it (extra names are fine: a certificate that covers more is
+    /// kept, so brief changes in the wanted set cause no churn). In CA mode the leaf must be
+    /// signed by the current CA.
+    ///
+    /// # Errors
+    /// The first reason found.
+    pub fn check_bundle(&self, bundle: &CertBundle) -> Result<(), Unfit> {
+        let leaf = bundle.leaf().ok_or(Unfit::Missing {
+            what: "certificate",
+        })?;
+        self.check_parts(leaf, bundle.key())
+    }
+
+    pub(crate) fn check_parts(&self, leaf: &[u8], key: &PrivateKeyDer<'_>) -> Result<(), Unfit> {
+        let parsed = Parsed::certificate(leaf).map_err(|reason| Unfit::Unparsable {
+            what: "certificate",
+            reason,
+        })?;
+        let key = KeyPair::try_from(key).map_err(|_| Unfit::Unparsable {
+            what: "private key",
+            reason: "not a PKCS#8 ECDSA, Ed25519 or RSA key".to_owned(),
+        })?;
+        if !key_matches(&key, &parsed) {
+            return Err(Unfit::KeyMismatch);
+        }
+        check_times(
+            parsed.not_before,
+            parsed.not_after,
+            self.clock.now(),
+            self.renewal_window(),
+        )?;
+        let config = &self.config;
+        let missing_dns: Vec<String> = config
+            .dns_names
+            .iter()
+            .filter(|want| {
+                !parsed
+                    .dns_names
+                    .iter()
+                    .any(|have| have.eq_ignore_ascii_case(want))
+            })
+            .cloned()
+            .collect();
+        if !missing_dns.is_empty() {
+            return Err(Unfit::MissingDnsNames(missing_dns));
+        }
+        let missing_ips: Vec<IpAddr> = config
+            .ip_addresses
+            .iter()
+            .filter(|want| !parsed.ip_addresses.contains(want))
+            .copied()
+            .collect();
+        if !missing_ips.is_empty() {
+            return Err(Unfit::MissingIpAddresses(missing_ips));
+        }
+        if self.is_ca_mode() {
+            let ca = self.current_ca().ok().flatten().ok_or(Unfit::WrongIssuer)?;
+            if !signed_by(leaf, &ca.cert_der) {
+                return Err(Unfit::WrongIssuer);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Expired, not yet valid, or inside the renewal window `window` at `now`.
+pub(crate) fn check_times(
+    not_before: SystemTime,
+    not_after: SystemTime,
+    now: SystemTime,
+    window: Duration,
+) -> Result<(), Unfit> {
+    if now >= not_after {
+        return Err(Unfit::Expired { not_after });
+    }
+    if now < not_before {
+        return Err(Unfit::NotYetValid { not_before });
+    }
+    if not_after.duration_since(now).unwrap_or_default() < window {
+        return Err(Unfit::RenewalDue { not_after });
+    }
+    Ok(())
+}
+
+pub(crate) fn key_matches(key: &KeyPair, cert: &Parsed) -> bool {
+    key.subject_public_key_info() == cert.spki
+}
+
+/// Whether `leaf`'s signature verifies with `ca`'s public key.
+fn signed_by(leaf: &[u8], ca: &[u8]) -> bool {
+    let (Ok((_, leaf)), Ok((_, ca))) = (
+        X509Certificate::from_der(leaf),
+        X509Certificate::from_der(ca),
+    ) else {
+        return false;
+    };
+    leaf.issuer() == ca.subject() && leaf.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+/// What the checks need from a certificate.
+pub(crate) struct Parsed {
+    pub(crate) not_before: SystemTime,
+    pub(crate) not_after: SystemTime,
+    pub(crate) dns_names: Vec<String>,
+    pub(crate) ip_addresses: Vec<IpAddr>,
+    pub(crate) spki: Vec<u8>,
+    pub(crate) is_ca: bool,
+}
+
+impl Parsed {
+    pub(crate) fn certificate(der: &[u8]) -> Result<Self, String> {
+        let (_, cert) = X509Certificate::from_der(der).map_err(|e| e.to_string())?;
+        let mut dns_names = Vec::new();
+        let mut ip_addresses = Vec::new();
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            for name in &san.value.general_names {
+                match name {
+                    GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
+                    GeneralName::IPAddress(bytes) => {
+                        if let Ok(v4) = <[u8; 4]>::try_from(*bytes) {
+                            ip_addresses.push(IpAddr::from(v4));
+                        } else if let Ok(v6) = <[u8; 16]>::try_from(*bytes) {
+                            ip_addresses.push(IpAddr::from(v6));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let time = |secs: i64| {
+            let magnitude = Duration::from_secs(secs.unsigned_abs());
+            if secs >= 0 {
+                UNIX_EPOCH + magnitude
+            } else {
+                UNIX_EPOCH - magnitude
+            }
+        };
+        Ok(Self {
+            not_before: time(cert.validity().not_before.timestamp()),
+            not_after: time(cert.validity().not_after.timestamp()),
+            dns_names,
+            ip_addresses,
+            spki: cert.public_key().raw.to_vec(),
+            is_ca: cert.is_ca(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{SelfSigned, SteppedClock};
+
+    fn generator(names: &[&str]) -> SelfSigned {
+        names
+            .iter()
+            .fold(SelfSigned::builder(), |b, n| b.name(n))
+            .validity(Duration::from_secs(90 * 86400))
+            .build()
+            .unwrap()
+    }
+
+    fn pem(g: &SelfSigned) -> (Vec<u8>, Vec<u8>) {
+        let pair = g.generate_pem().unwrap();
+        (pair.cert_pem.into_bytes(), pair.key_pem.into_bytes())
+    }
+
+    #[test]
+    fn a_fresh_certificate_fits() {
+        let g = generator(&["localhost", "127.0.0.1"]);
+        let (cert, key) = pem(&g);
+        assert_eq!(g.check(Some(&cert), Some(&key)), Ok(()));
+        assert_eq!(g.check_bundle(&g.generate().unwrap()), Ok(()));
+    }
+
+    #[test]
+    fn missing_and_unparsable() {
+        let g = generator(&["localhost"]);
+        let (cert, key) = pem(&g);
+        assert_eq!(
+            g.check(None, Some(&key)),
+            Err(Unfit::Missing {
+                what: "certificate"
+            })
+        );
+        assert_eq!(
+            g.check(Some(&cert), None),
+            Err(Unfit::Missing {
+                what: "private key"
+            })
+        );
+        let bad_cert = g.check(Some(b"junk"), Some(&key)).unwrap_err();
+        assert!(
+            matches!(
+                bad_cert,
+                Unfit::Unparsable {
+                    what: "certificate",
+                    ..
+                }
+            ),
+            "{bad_cert}"
+        );
+        let bad_key = g.check(Some(&cert), Some(b"junk")).unwrap_err();
+        assert!(
+            matches!(
+                bad_key,
+                Unfit::Unparsable {
+                    what: "private key",
+                    ..
+                }
+            ),
+            "{bad_key}"
+        );
+    }
+
+    #[test]
+    fn a_key_from_another_pair_does_not_fit() {
+        let g = generator(&["localhost"]);
+        let (cert, _) = pem(&g);
+        let (_, other_key) = pem(&g);
+        assert_eq!(
+            g.check(Some(&cert), Some(&other_key)),
+            Err(Unfit::KeyMismatch)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_and_renewal_due_follow_the_clock() {
+        let clock = Arc::new(SteppedClock::starting_at(SystemTime::now()));
+        let g = SelfSigned::builder()
+            .dns_name("localhost")
+            .validity(Duration::from_secs(90 * 86400))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let (cert, key) = pem(&g);
+        clock.step(Duration::from_secs(59 * 86400));
+        assert_eq!(
+            g.check(Some(&cert), Some(&key)),
+            Ok(()),
+            "two thirds not yet used"
+        );
+        clock.step(Duration::from_secs(2 * 86400));
+        let due = g.check(Some(&cert), Some(&key)).unwrap_err();
+        assert!(matches!(due, Unfit::RenewalDue { .. }), "{due}");
+        clock.step(Duration::from_secs(30 * 86400));
+        let expired = g.check(Some(&cert), Some(&key)).unwrap_err();
+        assert!(matches!(expired, Unfit::Expired { .. }), "{expired}");
+    }
+
+    #[test]
+    fn wanted_names_must_be_on_it_extra_names_are_fine() {
+        let wide = generator(&["localhost", "api.test", "127.0.0.1", "::1"]);
+        let (cert, key) = pem(&wide);
+        // Fewer wanted names than the certificate covers: kept.
+        assert_eq!(
+            generator(&["api.test", "::1"]).check(Some(&cert), Some(&key)),
+            Ok(())
+        );
+        // Case does not matter for DNS names.
+        assert_eq!(
+            generator(&["API.test"]).check(Some(&cert), Some(&key)),
+            Ok(())
+        );
+        assert_eq!(
+            generator(&["localhost", "new.test"]).check(Some(&cert), Some(&key)),
+            Err(Unfit::MissingDnsNames(vec!["new.test".into()]))
+        );
+        assert_eq!(
+            generator(&["localhost", "10.0.0.1"]).check(Some(&cert), Some(&key)),
+            Err(Unfit::MissingIpAddresses(vec!["10.0.0.1".parse().unwrap()]))
+        );
+    }
+
+    #[test]
+    fn in_ca_mode_a_leaf_of_another_ca_does_not_fit() {
+        let ca_a = SelfSigned::builder()
+            .dns_name("localhost")
+            .ca()
+            .build()
+            .unwrap();
+        let ca_b = SelfSigned::builder()
+            .dns_name("localhost")
+            .ca()
+            .build()
+            .unwrap();
+        let leaf = ca_a.generate().unwrap();
+        assert_eq!(ca_a.check_bundle(&leaf), Ok(()));
+        assert_eq!(ca_b.check_bundle(&leaf), Err(Unfit::WrongIssuer));
+    }
+}

@@ -1,0 +1,255 @@
+//! The generator as a [`CertSource`](tls_source::CertSource): renewal before expiry, persistence.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures::Stream;
+use futures::stream::BoxStream;
+use rustls_pki_types::CertificateDer;
+use tls_source::CertBundle;
+
+use crate::fit::Parsed;
+use crate::generator::{Ca, Generated};
+use crate::{Clock, Error, SelfSigned, Unfit, persist};
+
+/// The longest the source sleeps before looking at the wall clock again, so that a suspend or a
+/// clock step delays renewal by at most this.
+pub const MAX_NAP: Duration = Duration::from_secs(30);
+
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+type Item = Result<CertBundle, tls_source::Error>;
+
+/// The stream made by [`SelfSigned::into_source`].
+#[must_use = "streams do nothing unless polled"]
+pub struct SelfSignedSource {
+    inner: BoxStream<'static, Item>,
+}
+
+impl Stream for SelfSignedSource {
+    type Item = Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl fmt::Debug for SelfSignedSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SelfSignedSource").finish_non_exhaustive()
+    }
+}
+
+impl SelfSigned {
+    /// The generator as a source: a bundle at once, then a new one before the current leaf enters
+    /// its renewal window.
+    ///
+    /// - **Renewal** is checked against the wall clock ([`Clock`]) at least every [`MAX_NAP`], not
+    ///   only by sleeping for the remaining time, so a suspend/resume or an NTP step does not make
+    ///   it late.
+    /// - **Persistence** (with [`Builder::persist`](crate::Builder::persist)): on start, the pair
+    ///   (and CA) in the directory is reused while it still fits ([`check`](Self::check)); else a
+    ///   new one is generated and replaces it. A corrupt file is reported (an `Err` item) and
+    ///   replaced. Every renewal is written there too.
+    ///
+    /// # Recovery
+    /// A failed generation or write is an `Err` item; the source tries again with backoff (1 s,
+    /// doubling, at most 60 s). The reload core keeps the last good certificate meanwhile.
+    pub fn into_source(self) -> SelfSignedSource {
+        let state = State {
+            generator: self,
+            queue: VecDeque::new(),
+            renew_at: None,
+            backoff: Duration::from_secs(1),
+        };
+        SelfSignedSource {
+            inner: Box::pin(futures::stream::unfold(state, State::step)),
+        }
+    }
+}
+
+struct State {
+    generator: SelfSigned,
+    queue: VecDeque<Item>,
+    /// `None` before the first bundle.
+    renew_at: Option<SystemTime>,
+    backoff: Duration,
+}
+
+impl State {
+    async fn step(mut self) -> Option<(Item, Self)> {
+        loop {
+            if let Some(item) = self.queue.pop_front() {
+                return Some((item, self));
+            }
+            let result = match self.renew_at {
+                None => self.start(),
+                Some(at) => {
+                    wait_for_wall_clock(&*self.generator.clock, at).await;
+                    self.renew()
+                }
+            };
+            match result {
+                Ok(not_after) => {
+                    self.backoff = Duration::from_secs(1);
+                    let window = self.generator.renewal_window();
+                    self.renew_at = Some(not_after.checked_sub(window).unwrap_or(not_after));
+                }
+                Err(err) => {
+                    self.queue.push_back(Err(report(err)));
+                    self.renew_at = Some(self.generator.clock.now() + self.backoff);
+                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// The first bundle: reused from the persistence directory when it fits, else generated.
+    fn start(&mut self) -> Result<SystemTime, Error> {
+        let Some(dir) = self.generator.persist_dir().map(Path::to_path_buf) else {
+            return self.renew();
+        };
+        if self.generator.is_ca_mode() {
+            self.load_ca(&dir)?;
+        }
+        let cert = persist::read(&dir, "tls.crt")?;
+        let key = persist::read(&dir, "tls.key")?;
+        match self.generator.check(cert.as_deref(), key.as_deref()) {
+            Ok(()) => {
+                let reused = self.reuse(
+                    cert.as_deref().unwrap_or_default(),
+                    key.as_deref().unwrap_or_default(),
+                )?;
+                tracing::info!(dir = %dir.display(), "reusing the persisted self-signed certificate");
+                let not_after = reused.not_after;
+                self.queue.push_back(Ok(reused.bundle));
+                Ok(not_after)
+            }
+            Err(unfit) => {
+                if let Unfit::Unparsable { what, .. } | Unfit::Missing { what } = &unfit {
+                    let present = if *what == "certificate" {
+                        cert.is_some()
+                    } else {
+                        key.is_some()
+                    };
+                    if present || matches!(unfit, Unfit::Unparsable { .. }) {
+                        let file = if *what == "certificate" {
+                            "tls.crt"
+                        } else {
+                            "tls.key"
+                        };
+                        self.queue.push_back(Err(report(Error::Corrupt {
+                            path: dir.join(file),
+                            reason: unfit.to_string(),
+                        })));
+                    }
+                } else if unfit == Unfit::KeyMismatch {
+                    self.queue.push_back(Err(report(Error::Corrupt {
+                        path: dir.join("tls.key"),
+                        reason: unfit.to_string(),
+                    })));
+                } else {
+                    tracing::info!(dir = %dir.display(), reason = %unfit, "regenerating the persisted self-signed certificate");
+                }
+                self.renew()
+            }
+        }
+    }
+
+    /// Loads the persisted CA when it fits; else reports what is wrong and lets a new one be
+    /// generated and persisted.
+    fn load_ca(&mut self, dir: &Path) -> Result<(), Error> {
+        let cert = persist::read(dir, "ca.crt")?;
+        let key = persist::read(dir, "ca.key")?;
+        if let (Some(cert), Some(key)) = (&cert, &key) {
+            let loaded = match (std::str::from_utf8(cert), std::str::from_utf8(key)) {
+                (Ok(cert), Ok(key)) => Ca::from_pem(cert, key),
+                _ => Err(Error::Ca {
+                    reason: "not UTF-8 PEM".into(),
+                }),
+            };
+            match loaded {
+                Ok(ca) => match self.generator.ca_fits(&ca) {
+                    Ok(()) => {
+                        self.generator.set_ca(ca);
+                        return Ok(());
+                    }
+                    Err(unfit) => tracing::info!(reason = %unfit, "regenerating the persisted CA"),
+                },
+                Err(err) => self.queue.push_back(Err(report(Error::Corrupt {
+                    path: dir.join("ca.crt"),
+                    reason: err.to_string(),
+                }))),
+            }
+        }
+        let ca = self.generator.current_ca()?.expect("CA mode");
+        persist::write_pair(dir, "ca", &ca.cert_pem, &ca.key_pem)
+    }
+
+    fn reuse(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<Generated, Error> {
+        let corrupt = |reason: String| Error::Corrupt {
+            path: self
+                .generator
+                .persist_dir()
+                .unwrap_or(Path::new("."))
+                .join("tls.crt"),
+            reason,
+        };
+        let decoder = tls_source::Decoder::new();
+        let leaf: CertificateDer<'static> = decoder
+            .certificates("tls.crt", cert_pem)
+            .map_err(|e| corrupt(e.to_string()))?
+            .remove(0);
+        let key_der = decoder
+            .private_key("tls.key", key_pem)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let key = rcgen::KeyPair::try_from(&key_der).map_err(|e| corrupt(e.to_string()))?;
+        let parsed = Parsed::certificate(&leaf).map_err(corrupt)?;
+        let leaf_pem = pem_of_first(cert_pem);
+        let ca = self.generator.current_ca()?;
+        Ok(self
+            .generator
+            .assemble(leaf, leaf_pem, &key, ca.as_deref(), parsed.not_after))
+    }
+
+    /// Generates a new leaf, persists it, queues it; returns its expiry.
+    fn renew(&mut self) -> Result<SystemTime, Error> {
+        let generated = self.generator.generate_leaf()?;
+        self.generator.write_leaf(&generated)?;
+        let not_after = generated.not_after;
+        self.queue.push_back(Ok(generated.bundle));
+        Ok(not_after)
+    }
+}
+
+use std::path::Path;
+
+/// The first PEM block of `pem` (the leaf of a persisted chain).
+fn pem_of_first(pem: &[u8]) -> String {
+    let text = String::from_utf8_lossy(pem);
+    const END: &str = "-----END CERTIFICATE-----";
+    match text.find(END) {
+        Some(at) => format!("{}\n", &text[..at + END.len()]),
+        None => text.into_owned(),
+    }
+}
+
+fn report(err: Error) -> tls_source::Error {
+    tls_source::Error::source("self-signed", err)
+}
+
+/// Returns once the wall clock reaches `at`, looking at it at least every [`MAX_NAP`].
+async fn wait_for_wall_clock(clock: &dyn Clock, at: SystemTime) {
+    loop {
+        let Ok(remaining) = at.duration_since(clock.now()) else {
+            return;
+        };
+        if remaining.is_zero() {
+            return;
+        }
+        tokio::time::sleep(remaining.min(MAX_NAP)).await;
+    }
+}
