@@ -251,7 +251,7 @@ fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
             }
             let mut builder = names
                 .into_iter()
-                .fold(SelfSigned::builder(), |b, n| b.name(n));
+                .fold(SelfSigned::builder(), tls_selfsigned::Builder::name);
             if let Some(validity) = options.validity {
                 builder = builder.validity(validity);
             }

@@ -270,3 +270,68 @@ async fn an_invalid_listen_address_is_explained() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen 256.0.0.1:1"));
 }
+
+#[tokio::test]
+async fn self_signed_options_names_ca_persistence_and_renewal() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("self-signed");
+    let args = [
+        "--name",
+        "api.test",
+        "--name",
+        "10.1.2.3",
+        "--self-signed-ca",
+        "--self-signed-dir",
+        keep.to_str().unwrap(),
+        "--self-signed-validity",
+        "3s",
+    ];
+    let serve = Serve::start(&args).await;
+    let first = serve.status().await;
+    assert_eq!(
+        first["dns_names"],
+        serde_json::json!(["localhost", "api.test"])
+    );
+    assert_eq!(
+        first["ip_addresses"],
+        serde_json::json!(["127.0.0.1", "::1", "10.1.2.3"])
+    );
+    let ca = first["ca_fingerprints_sha256"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(ca.len(), 64, "{first}");
+    // Renewed before the 3 s run out, under the same CA.
+    let renewed = serve
+        .wait_status("a renewal", |s| s["generation"].as_u64() >= Some(2))
+        .await;
+    assert_ne!(renewed["fingerprint_sha256"], first["fingerprint_sha256"]);
+    assert_eq!(renewed["ca_fingerprints_sha256"][0], ca.as_str());
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+
+    // A restart reuses the persisted CA.
+    let again = Serve::start(&args).await;
+    assert_eq!(
+        again.status().await["ca_fingerprints_sha256"][0],
+        ca.as_str()
+    );
+    again.signal("-TERM");
+    assert_eq!(again.exit_code().await, Some(0));
+    assert!(keep.join("ca.key").exists() && keep.join("tls.key").exists());
+}
+
+#[tokio::test]
+async fn self_signed_flags_do_not_mix_with_files() {
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("serve"))
+            .args(["--cert-dir", "/tmp", "--self-signed-ca"])
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("apply to the self-signed default"));
+}
