@@ -227,113 +227,76 @@ impl fmt::Debug for FileSource {
     }
 }
 
-// ===== the state machine =====
+// ===== impl FileReader =====
 
-enum State {
-    Start {
-        config: Arc<Config>,
-        trigger: Trigger,
-    },
-    Running(Box<Running>),
-}
-
-struct Running {
+/// The reading half of a [`FileSource`], for callers that schedule reads themselves: each
+/// [`check`](Self::check) reads the files through their paths and returns a bundle, an error, or
+/// nothing when the bytes are unchanged since the last check (compared by SHA-256, without
+/// parsing). Made by [`FileSourceBuilder::build_reader`]; the poll and notify settings do not
+/// apply to it.
+///
+/// ```
+/// use tls_source::FileSource;
+///
+/// let mut reader = FileSource::builder("missing.crt", "missing.key").build_reader();
+/// let first = reader.check().expect("the first check always says something");
+/// assert!(first.unwrap_err().to_string().starts_with("cannot read missing.crt"));
+/// assert!(reader.check().is_none(), "the same error is not repeated");
+/// assert!(reader.read_now().is_err(), "unless asked to read now");
+/// ```
+pub struct FileReader {
     config: Arc<Config>,
-    trigger: Trigger,
-    /// Kept alive for its watch; dropping it stops the watch thread.
-    _watcher: Option<RecommendedWatcher>,
-    changed: Arc<Notify>,
-    interval: tokio::time::Interval,
     last_raw: Option<Digest>,
     last_error: Option<String>,
     warned_key_mode: bool,
 }
 
-enum Wake {
-    Poll,
-    Event,
-    Trigger,
-}
-
-impl State {
-    async fn step(self) -> Option<(Result<CertBundle, Error>, Self)> {
-        let mut running = match self {
-            Self::Start { config, trigger } => {
-                let mut running = Running::start(config, trigger);
-                if let Some(item) = running.check(false) {
-                    return Some((item, Self::Running(running)));
-                }
-                running
-            }
-            Self::Running(running) => running,
-        };
-        loop {
-            let force = match running.wait().await {
-                Wake::Poll | Wake::Event => false,
-                Wake::Trigger => true,
-            };
-            if let Some(item) = running.check(force) {
-                return Some((item, Self::Running(running)));
-            }
-        }
+impl FileSourceBuilder {
+    /// Builds only the reading half: a [`FileReader`], with no watch and no poll.
+    pub fn build_reader(self) -> FileReader {
+        FileReader::new(Arc::new(self.config))
     }
 }
 
-impl Running {
-    fn start(config: Arc<Config>, trigger: Trigger) -> Box<Self> {
-        let changed = Arc::new(Notify::new());
-        let watcher = if config.notify {
-            match watch(&config, changed.clone()) {
-                Ok(watcher) => Some(watcher),
-                Err(err) => {
-                    tracing::warn!(
-                        error = %err,
-                        cert = %config.cert.display(),
-                        "cannot watch the certificate directories; polling only"
-                    );
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let mut interval =
-            tokio::time::interval_at(Instant::now() + config.poll_interval, config.poll_interval);
-        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        Box::new(Self {
+impl fmt::Debug for FileReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileReader")
+            .field("cert", &self.config.cert)
+            .field("key", &self.config.key)
+            .field("ca", &self.config.ca)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileReader {
+    fn new(config: Arc<Config>) -> Self {
+        Self {
             config,
-            trigger,
-            _watcher: watcher,
-            changed,
-            interval,
             last_raw: None,
             last_error: None,
             warned_key_mode: false,
-        })
-    }
-
-    async fn wait(&mut self) -> Wake {
-        let wake = tokio::select! {
-            _ = self.interval.tick() => Wake::Poll,
-            () = self.changed.notified() => Wake::Event,
-            () = self.trigger.notified() => Wake::Trigger,
-        };
-        if matches!(wake, Wake::Event) {
-            // Coalesce a burst: wait until events stop for `settle`, at most 50 settles.
-            let deadline = Instant::now() + self.config.settle * 50;
-            loop {
-                let quiet = Instant::now() + self.config.settle;
-                tokio::select! {
-                    () = tokio::time::sleep_until(quiet.min(deadline)) => break,
-                    () = self.changed.notified() => {}
-                }
-            }
         }
-        wake
     }
 
-    /// Reads the files; returns an item to yield, or `None` when nothing changed.
-    fn check(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
+    /// Reads the files: `Some(Ok(bundle))` when their content changed (or on the first check),
+    /// `Some(Err(error))` when they cannot be read or decoded (an error is not repeated while
+    /// it stays the same), `None` when nothing changed.
+    pub fn check(&mut self) -> Option<Result<CertBundle, Error>> {
+        self.read(false)
+    }
+
+    /// Reads the files and returns what they hold now, changed or not.
+    ///
+    /// # Errors
+    /// Any [`Error`] of reading or decoding, naming the path.
+    pub fn read_now(&mut self) -> Result<CertBundle, Error> {
+        match self.read(true) {
+            Some(item) => item,
+            None => unreachable!("a forced read always yields an item"),
+        }
+    }
+
+    fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
         let files = match read_stable(&self.config) {
             Ok(files) => files,
             Err(err) => {
@@ -392,6 +355,108 @@ impl Running {
         }
         #[cfg(not(unix))]
         let _ = files;
+    }
+}
+
+// ===== the state machine =====
+
+enum State {
+    Start {
+        config: Arc<Config>,
+        trigger: Trigger,
+    },
+    Running(Box<Running>),
+}
+
+struct Running {
+    config: Arc<Config>,
+    reader: FileReader,
+    trigger: Trigger,
+    /// Kept alive for its watch; dropping it stops the watch thread.
+    _watcher: Option<RecommendedWatcher>,
+    changed: Arc<Notify>,
+    interval: tokio::time::Interval,
+}
+
+enum Wake {
+    Poll,
+    Event,
+    Trigger,
+}
+
+impl State {
+    async fn step(self) -> Option<(Result<CertBundle, Error>, Self)> {
+        let mut running = match self {
+            Self::Start { config, trigger } => {
+                let mut running = Running::start(config, trigger);
+                if let Some(item) = running.reader.read(false) {
+                    return Some((item, Self::Running(running)));
+                }
+                running
+            }
+            Self::Running(running) => running,
+        };
+        loop {
+            let force = match running.wait().await {
+                Wake::Poll | Wake::Event => false,
+                Wake::Trigger => true,
+            };
+            if let Some(item) = running.reader.read(force) {
+                return Some((item, Self::Running(running)));
+            }
+        }
+    }
+}
+
+impl Running {
+    fn start(config: Arc<Config>, trigger: Trigger) -> Box<Self> {
+        let changed = Arc::new(Notify::new());
+        let watcher = if config.notify {
+            match watch(&config, changed.clone()) {
+                Ok(watcher) => Some(watcher),
+                Err(err) => {
+                    tracing::warn!(
+                        error = %err,
+                        cert = %config.cert.display(),
+                        "cannot watch the certificate directories; polling only"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut interval =
+            tokio::time::interval_at(Instant::now() + config.poll_interval, config.poll_interval);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Box::new(Self {
+            reader: FileReader::new(config.clone()),
+            config,
+            trigger,
+            _watcher: watcher,
+            changed,
+            interval,
+        })
+    }
+
+    async fn wait(&mut self) -> Wake {
+        let wake = tokio::select! {
+            _ = self.interval.tick() => Wake::Poll,
+            () = self.changed.notified() => Wake::Event,
+            () = self.trigger.notified() => Wake::Trigger,
+        };
+        if matches!(wake, Wake::Event) {
+            // Coalesce a burst: wait until events stop for `settle`, at most 50 settles.
+            let deadline = Instant::now() + self.config.settle * 50;
+            loop {
+                let quiet = Instant::now() + self.config.settle;
+                tokio::select! {
+                    () = tokio::time::sleep_until(quiet.min(deadline)) => break,
+                    () = self.changed.notified() => {}
+                }
+            }
+        }
+        wake
     }
 }
 
@@ -554,7 +619,8 @@ mod tests {
 
     use super::*;
 
-    /// Collects what `tracing` writes, for the duration of a test.
+    /// Collects what `tracing` writes in this test binary. A global subscriber: a thread-local
+    /// one misses events whose callsite interest another test thread cached first.
     #[derive(Clone, Default)]
     struct Captured(Arc<Mutex<Vec<u8>>>);
 
@@ -569,8 +635,28 @@ mod tests {
     }
 
     impl Captured {
-        fn text(&self) -> String {
-            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        fn global() -> Self {
+            static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+            LOGS.get_or_init(|| {
+                let logs = Captured::default();
+                let writer = logs.clone();
+                let subscriber = tracing_subscriber::fmt()
+                    .with_writer(move || writer.clone())
+                    .with_ansi(false)
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+                logs
+            })
+            .clone()
+        }
+
+        /// The lines that mention `needle`.
+        fn lines_with(&self, needle: &str) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .filter(|l| l.contains(needle))
+                .map(str::to_owned)
+                .collect()
         }
     }
 
@@ -578,13 +664,7 @@ mod tests {
     #[tokio::test]
     async fn warns_once_about_a_key_readable_by_others() {
         use std::os::unix::fs::PermissionsExt as _;
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let logs = Captured::global();
 
         let cert = tls_test::TestCa::new("mode").leaf(&["localhost"]);
         let dir = tempfile::tempdir().unwrap();
@@ -597,21 +677,23 @@ mod tests {
         source.next().await.unwrap().unwrap();
         trigger.trigger();
         source.next().await.unwrap().unwrap();
-        let text = logs.text();
-        assert_eq!(
-            text.matches("readable by group or others").count(),
-            1,
-            "{text}"
+        let warnings = logs.lines_with(&key.display().to_string());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("readable by group or others"),
+            "{warnings:?}"
         );
-        assert!(text.contains(&key.display().to_string()), "{text}");
-        assert!(text.contains("mode=644"), "{text}");
+        assert!(warnings[0].contains("mode=644"), "{warnings:?}");
 
         // A 0600 key draws no warning.
-        let logs_before = logs.text().len();
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        fs::write(&crt, &cert.cert_pem).unwrap();
+        fs::write(&key, &cert.key_pem).unwrap();
         fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
         let mut quiet = FileSource::builder(&crt, &key).notify(false).build();
         quiet.next().await.unwrap().unwrap();
-        assert!(!logs.text()[logs_before..].contains("readable by group"));
+        assert!(logs.lines_with(&key.display().to_string()).is_empty());
     }
 
     #[tokio::test]
