@@ -1,1 +1,120 @@
-//! Benches: see `benches/`.
+//! Shared set-up of the benches (see `BENCHMARKS.md` at the root for what each measures and the
+//! figures). Not published.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use rustls::crypto::CryptoProvider;
+use rustls::sign::CertifiedKey;
+use tls_reload::Reloader;
+use tls_source::{CertBundle, Decoder, Origin};
+use tls_test::TestCert;
+
+/// The crypto provider of every bench: ring, as the workspace's tests.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `n` ECDSA P-256 leaves for `localhost` from one CA.
+pub fn certs(n: usize) -> Vec<TestCert> {
+    let ca = tls_test::TestCa::new("bench");
+    (0..n).map(|_| ca.leaf(&["localhost"])).collect()
+}
+
+/// A bundle of `cert` (leaf and CA).
+pub fn bundle(cert: &TestCert) -> CertBundle {
+    Decoder::new()
+        .bundle(
+            ("tls.crt", cert.chain_pem.as_bytes()),
+            ("tls.key", cert.key_pem.as_bytes()),
+            None,
+            Origin::Other("bench".into()),
+        )
+        .expect("bench certificate")
+}
+
+/// A `CertifiedKey` of `cert`, as rustls would hold it.
+pub fn certified(cert: &TestCert) -> Arc<CertifiedKey> {
+    let bundle = bundle(cert);
+    Arc::new(
+        CertifiedKey::from_der(
+            bundle.chain().to_vec(),
+            bundle.key().clone_key(),
+            &provider(),
+        )
+        .expect("certified key"),
+    )
+}
+
+/// A reloader fed through a channel: send a bundle, and it is validated and swapped in.
+#[derive(Debug)]
+pub struct Fed {
+    /// The reloader.
+    pub reloader: Reloader,
+    /// Where to send bundles.
+    pub tx: mpsc::UnboundedSender<Result<CertBundle, tls_source::Error>>,
+}
+
+impl Fed {
+    /// Spawns on `runtime` and waits until `first` is installed.
+    ///
+    /// # Panics
+    /// If the reloader cannot start.
+    pub fn start(runtime: &tokio::runtime::Runtime, first: &TestCert) -> Self {
+        let (tx, rx) = mpsc::unbounded();
+        tx.unbounded_send(Ok(bundle(first))).expect("open channel");
+        let reloader = runtime.block_on(async {
+            let reloader = Reloader::builder()
+                .crypto_provider(provider())
+                .spawn(rx)
+                .expect("spawn");
+            reloader.ready().await.expect("ready");
+            reloader
+        });
+        Self { reloader, tx }
+    }
+}
+
+/// A thread that calls `swap` every `every` until the returned guard is dropped.
+#[derive(Debug)]
+pub struct Swapper {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Swapper {
+    /// Starts swapping.
+    pub fn start(every: Duration, mut swap: impl FnMut(u64) + Send + 'static) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut n = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                swap(n);
+                n += 1;
+                std::thread::sleep(every);
+            }
+            n
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops and returns how many swaps were made.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! 3. Handshake throughput: full TLS 1.3 handshakes over loopback (no resumption, no tickets),
+//!    ECDSA P-256, the client verifying the chain: rustls `with_single_cert` (static) against our
+//!    reloader, and our reloader while it rotates every 10 ms.
+//!
+//! `cargo bench -p benches --bench handshake`
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use benches::{Fed, Swapper, bundle, certs, provider};
+use criterion::{Criterion, criterion_group, criterion_main};
+use rustls::client::Resumption;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+fn server_config() -> rustls::ConfigBuilder<ServerConfig, rustls::WantsVerifier> {
+    ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+}
+
+async fn serve(mut config: ServerConfig) -> SocketAddr {
+    config.send_tls13_tickets = 0;
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn handshake(connector: &TlsConnector, addr: SocketAddr) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.expect("handshake");
+}
+
+fn handshakes(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let certs = certs(2);
+    let bundles = [bundle(&certs[0]), bundle(&certs[1])];
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(
+            tls_source::Decoder::new()
+                .certificates("ca", certs[0].ca_pem.as_bytes())
+                .unwrap()
+                .remove(0),
+        )
+        .unwrap();
+    let mut client = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.resumption = Resumption::disabled();
+    let connector = TlsConnector::from(Arc::new(client));
+
+    let fed = Fed::start(&runtime, &certs[0]);
+    let static_addr = runtime.block_on(serve(
+        server_config()
+            .with_no_client_auth()
+            .with_single_cert(bundles[0].chain().to_vec(), bundles[0].key().clone_key())
+            .unwrap(),
+    ));
+    let reloader_addr = runtime.block_on(serve(
+        server_config()
+            .with_no_client_auth()
+            .with_cert_resolver(fed.reloader.resolver()),
+    ));
+
+    let mut group = c.benchmark_group("handshake");
+    group
+        .sample_size(60)
+        .measurement_time(Duration::from_secs(12));
+    let mut run = |name: &str, addr: SocketAddr| {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                runtime.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        handshake(&connector, addr).await;
+                    }
+                    start.elapsed()
+                })
+            });
+        });
+    };
+    run("static with_single_cert (baseline)", static_addr);
+    run("tls-reload resolver", reloader_addr);
+    let tx = fed.tx.clone();
+    let rotating = Swapper::start(Duration::from_millis(10), move |n| {
+        let _ = tx.unbounded_send(Ok(bundles[(n % 2) as usize].clone()));
+    });
+    run("tls-reload resolver, rotating every 10ms", reloader_addr);
+    let swaps = rotating.stop();
+    assert!(swaps > 10, "rotated {swaps} times");
+    group.finish();
+}
+
+criterion_group!(benches, handshakes);
+criterion_main!(benches);
