@@ -2,11 +2,10 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
+use tls_source::x509::LeafInfo;
 use tls_source::{CertBundle, Origin};
-use x509_parser::extensions::GeneralName;
-use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use crate::Error;
 
@@ -62,40 +61,17 @@ impl CertInfo {
         let leaf = bundle.leaf().ok_or_else(|| Error::EmptyChain {
             origin: origin.clone(),
         })?;
-        let parse_err = |reason: String| Error::Parse {
+        let parsed = LeafInfo::parse(leaf).map_err(|e| Error::Parse {
             origin: origin.clone(),
-            reason,
-        };
-        let (rest, cert) = X509Certificate::from_der(leaf).map_err(|e| parse_err(e.to_string()))?;
-        if !rest.is_empty() {
-            return Err(parse_err("trailing bytes after the certificate".to_owned()));
-        }
-        let mut dns_names = Vec::new();
-        let mut ip_addresses = Vec::new();
-        let san = cert
-            .subject_alternative_name()
-            .map_err(|e| parse_err(format!("subject alternative names: {e}")))?;
-        for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
-            match name {
-                GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
-                GeneralName::IPAddress(bytes) => {
-                    if let Ok(v4) = <[u8; 4]>::try_from(*bytes) {
-                        ip_addresses.push(IpAddr::from(v4));
-                    } else if let Ok(v6) = <[u8; 16]>::try_from(*bytes) {
-                        ip_addresses.push(IpAddr::from(v6));
-                    }
-                }
-                _ => {}
-            }
-        }
-        let validity = cert.validity();
+            reason: e.to_string(),
+        })?;
         Ok(Self {
             fingerprint_sha256: tls_source::Digest::of(leaf).to_string(),
-            subject: cert.subject().to_string(),
-            dns_names,
-            ip_addresses,
-            not_before: from_unix(validity.not_before.timestamp()),
-            not_after: from_unix(validity.not_after.timestamp()),
+            subject: parsed.subject,
+            dns_names: parsed.dns_names,
+            ip_addresses: parsed.ip_addresses,
+            not_before: parsed.not_before,
+            not_after: parsed.not_after,
             origin: origin.clone(),
             loaded_at: SystemTime::now(),
             chain_len: bundle.chain().len(),
@@ -105,14 +81,5 @@ impl CertInfo {
                 .map(|ca| tls_source::Digest::of(ca).to_string())
                 .collect(),
         })
-    }
-}
-
-fn from_unix(secs: i64) -> SystemTime {
-    let magnitude = Duration::from_secs(secs.unsigned_abs());
-    if secs >= 0 {
-        UNIX_EPOCH + magnitude
-    } else {
-        UNIX_EPOCH - magnitude
     }
 }

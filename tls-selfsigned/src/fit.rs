@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rcgen::{KeyPair, PublicKeyData as _};
 use rustls_pki_types::PrivateKeyDer;
 use tls_source::CertBundle;
-use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
+use tls_source::x509::LeafInfo;
+use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use crate::SelfSigned;
 
@@ -153,7 +154,7 @@ impl SelfSigned {
     }
 
     pub(crate) fn check_parts(&self, leaf: &[u8], key: &PrivateKeyDer<'_>) -> Result<(), Unfit> {
-        let parsed = Parsed::certificate(leaf).map_err(|reason| Unfit::Unparsable {
+        let parsed = parse(leaf).map_err(|reason| Unfit::Unparsable {
             what: "certificate",
             reason,
         })?;
@@ -223,8 +224,8 @@ pub(crate) fn check_times(
     Ok(())
 }
 
-pub(crate) fn key_matches(key: &KeyPair, cert: &Parsed) -> bool {
-    key.subject_public_key_info() == cert.spki
+pub(crate) fn key_matches(key: &KeyPair, cert: &LeafInfo) -> bool {
+    key.subject_public_key_info() == cert.spki_der
 }
 
 /// Whether `leaf`'s signature verifies with `ca`'s public key.
@@ -238,53 +239,9 @@ fn signed_by(leaf: &[u8], ca: &[u8]) -> bool {
     leaf.issuer() == ca.subject() && leaf.verify_signature(Some(ca.public_key())).is_ok()
 }
 
-/// What the checks need from a certificate.
-pub(crate) struct Parsed {
-    pub(crate) not_before: SystemTime,
-    pub(crate) not_after: SystemTime,
-    pub(crate) dns_names: Vec<String>,
-    pub(crate) ip_addresses: Vec<IpAddr>,
-    pub(crate) spki: Vec<u8>,
-    pub(crate) is_ca: bool,
-}
-
-impl Parsed {
-    pub(crate) fn certificate(der: &[u8]) -> Result<Self, String> {
-        let (_, cert) = X509Certificate::from_der(der).map_err(|e| e.to_string())?;
-        let mut dns_names = Vec::new();
-        let mut ip_addresses = Vec::new();
-        if let Ok(Some(san)) = cert.subject_alternative_name() {
-            for name in &san.value.general_names {
-                match name {
-                    GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
-                    GeneralName::IPAddress(bytes) => {
-                        if let Ok(v4) = <[u8; 4]>::try_from(*bytes) {
-                            ip_addresses.push(IpAddr::from(v4));
-                        } else if let Ok(v6) = <[u8; 16]>::try_from(*bytes) {
-                            ip_addresses.push(IpAddr::from(v6));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let time = |secs: i64| {
-            let magnitude = Duration::from_secs(secs.unsigned_abs());
-            if secs >= 0 {
-                UNIX_EPOCH + magnitude
-            } else {
-                UNIX_EPOCH - magnitude
-            }
-        };
-        Ok(Self {
-            not_before: time(cert.validity().not_before.timestamp()),
-            not_after: time(cert.validity().not_after.timestamp()),
-            dns_names,
-            ip_addresses,
-            spki: cert.public_key().raw.to_vec(),
-            is_ca: cert.is_ca(),
-        })
-    }
+/// Parses a certificate with the workspace's one X.509 reader, its reason as a string.
+pub(crate) fn parse(der: &[u8]) -> Result<LeafInfo, String> {
+    LeafInfo::parse(der).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

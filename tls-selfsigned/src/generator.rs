@@ -13,7 +13,7 @@ use rcgen::{
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tls_source::{CertBundle, Origin};
 
-use crate::fit::{self, Parsed};
+use crate::fit;
 use crate::{Clock, Error, SystemClock, persist};
 
 /// The default lifetime of a leaf certificate: 90 days.
@@ -489,8 +489,8 @@ impl SelfSigned {
             None => params.self_signed(&key),
         }
         .map_err(Error::Generate)?;
-        let parsed = Parsed::certificate(cert.der())
-            .map_err(|reason| Error::Generate(rcgen::Error::X509(reason)))?;
+        let parsed =
+            fit::parse(cert.der()).map_err(|reason| Error::Generate(rcgen::Error::X509(reason)))?;
         Ok(self.assemble(
             cert.der().clone(),
             cert.pem(),
@@ -620,7 +620,7 @@ impl Ca {
         key: KeyPair,
     ) -> Result<Self, Error> {
         let ca_err = |reason: String| Error::Ca { reason };
-        let parsed = Parsed::certificate(&cert_der).map_err(|e| ca_err(e.to_string()))?;
+        let parsed = fit::parse(&cert_der).map_err(|e| ca_err(e.to_string()))?;
         if !parsed.is_ca {
             return Err(ca_err(
                 "the certificate is not a CA (basicConstraints CA:TRUE)".into(),
@@ -746,7 +746,7 @@ mod tests {
         let bundle = g.generate().unwrap();
         let (_, cert) = X509Certificate::from_der(bundle.leaf().unwrap()).unwrap();
         assert_eq!(cert.subject().to_string(), "CN=example, O=Example Org");
-        let parsed = Parsed::certificate(bundle.leaf().unwrap()).unwrap();
+        let parsed = fit::parse(bundle.leaf().unwrap()).unwrap();
         assert_eq!(parsed.dns_names, ["localhost"]);
         assert_eq!(parsed.ip_addresses.len(), 2);
         let lifetime = parsed.not_after.duration_since(parsed.not_before).unwrap();

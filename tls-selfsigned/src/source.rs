@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -11,9 +12,8 @@ use futures::stream::BoxStream;
 use rustls_pki_types::CertificateDer;
 use tls_source::CertBundle;
 
-use crate::fit::Parsed;
 use crate::generator::{Ca, Generated};
-use crate::{Clock, Error, SelfSigned, Unfit, persist};
+use crate::{Clock, Error, SelfSigned, Unfit, fit, persist};
 
 /// The longest the source sleeps before looking at the wall clock again, so that a suspend or a
 /// clock step delays renewal by at most this.
@@ -207,7 +207,7 @@ impl State {
             .private_key("tls.key", key_pem)
             .map_err(|e| corrupt(e.to_string()))?;
         let key = rcgen::KeyPair::try_from(&key_der).map_err(|e| corrupt(e.to_string()))?;
-        let parsed = Parsed::certificate(&leaf).map_err(corrupt)?;
+        let parsed = fit::parse(&leaf).map_err(corrupt)?;
         let leaf_pem = pem_of_first(cert_pem);
         let ca = self.generator.current_ca()?;
         Ok(self
@@ -224,8 +224,6 @@ impl State {
         Ok(not_after)
     }
 }
-
-use std::path::Path;
 
 /// The first PEM block of `pem` (the leaf of a persisted chain).
 fn pem_of_first(pem: &[u8]) -> String {

@@ -14,7 +14,9 @@
 //!   [`boxed`](CertSourceExt::boxed).
 //! - [`Decoder`]: PEM (or DER) decoding with a size limit and errors that name the input.
 //! - [`FileSource`]: files, followed through Kubernetes-style `..data` symlink swaps, with a
-//!   notify fast path, a poll backstop and a manual [`Trigger`].
+//!   notify fast path, a poll backstop and a manual [`Trigger`]; [`FileReader`] is its reading
+//!   half, for callers that schedule reads themselves.
+//! - `x509` (feature `x509`): what a certificate says about itself (names, validity, public key).
 //!
 //! # Example
 //! ```no_run
@@ -41,6 +43,8 @@ mod fallback;
 mod file;
 mod pem;
 mod trigger;
+#[cfg(feature = "x509")]
+pub mod x509;
 
 use std::pin::Pin;
 use std::time::Duration;

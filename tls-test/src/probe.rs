@@ -30,18 +30,7 @@ pub struct Served {
 /// # Errors
 /// Connection and handshake failures.
 pub async fn probe(addr: SocketAddr, server_name: &str) -> io::Result<Served> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let verifier = Arc::new(Recording {
-        provider: provider.clone(),
-        seen: seen.clone(),
-    });
-    let config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(io::Error::other)?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+    let (config, seen) = recording_client()?;
     handshake(addr, server_name, config).await?;
     let chain = seen.lock().expect("not poisoned").clone();
     let leaf = chain
@@ -94,18 +83,7 @@ pub async fn https_get(
     path: &str,
 ) -> io::Result<(u16, String, Served)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let verifier = Arc::new(Recording {
-        provider: provider.clone(),
-        seen: seen.clone(),
-    });
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(io::Error::other)?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+    let (mut config, seen) = recording_client()?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
     let tcp = TcpStream::connect(addr).await?;
@@ -168,6 +146,26 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+type Seen = Arc<Mutex<Vec<CertificateDer<'static>>>>;
+
+/// A client config that accepts any chain (checking the handshake signature against the leaf)
+/// and records the chain it was served.
+fn recording_client() -> io::Result<(ClientConfig, Seen)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let seen = Seen::default();
+    let verifier = Arc::new(Recording {
+        provider: provider.clone(),
+        seen: seen.clone(),
+    });
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Ok((config, seen))
+}
+
 async fn handshake(
     addr: SocketAddr,
     server_name: &str,
@@ -188,7 +186,7 @@ async fn handshake(
 #[derive(Debug)]
 struct Recording {
     provider: Arc<CryptoProvider>,
-    seen: Arc<Mutex<Vec<CertificateDer<'static>>>>,
+    seen: Seen,
 }
 
 impl ServerCertVerifier for Recording {
