@@ -76,17 +76,16 @@ impl KubeDir {
             }
         }
         // Like the kubelet, remove the user-visible links of files the new set no longer has.
-        if let Some(old) = &old {
-            if let Ok(entries) = fs::read_dir(self.dir.join(old)) {
-                for entry in entries.flatten() {
-                    let name = entry.file_name();
-                    if !files.iter().any(|(n, _)| name == *n) {
-                        let visible = self.dir.join(&name);
-                        if fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
-                        {
-                            fs::remove_file(visible)?;
-                        }
-                    }
+        if let Some(old) = &old
+            && let Ok(entries) = fs::read_dir(self.dir.join(old))
+        {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let visible = self.dir.join(&name);
+                if !files.iter().any(|(n, _)| name == *n)
+                    && fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
+                {
+                    fs::remove_file(visible)?;
                 }
             }
         }

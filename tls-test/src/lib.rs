@@ -6,8 +6,11 @@
 //!   directory, a `..data` symlink renamed over the old one), plus the other ways files change.
 //! - [`probe`]: a real TLS handshake that reports the certificate served.
 //! - [`TestServer`]: a rustls accept loop on loopback around any certificate resolver.
+//! - [`KubeApi`]: a Kubernetes API emulator (Secrets, Leases; list, watch, writes with
+//!   preconditions) with fault injection, for `kube::Client` to talk to.
 
 mod certs;
+mod kube_api;
 mod kube_dir;
 mod probe;
 mod server;
@@ -16,6 +19,7 @@ pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
     fixture_pair,
 };
+pub use kube_api::KubeApi;
 pub use kube_dir::{KubeDir, overwrite_in_place, replace_by_rename};
 pub use probe::{Served, https_get, probe, probe_trusting};
 pub use server::TestServer;

@@ -1,0 +1,113 @@
+//! Kubernetes certificate sources for zero-downtime TLS rotation.
+//!
+//! [`SecretSource`] watches one `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`, optional
+//! `ca.crt`) through the API and yields a [`CertBundle`](tls_source::CertBundle) milliseconds
+//! after it changes, for `tls-reload` to validate and serve. API trouble never takes the
+//! certificate away: a dropped watch, a 410 Gone, an API server restart or a deleted Secret is
+//! reported while the last good certificate keeps serving.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use tls_k8s::SecretSource;
+//! use tls_reload::Reloader;
+//!
+//! let client = kube::Client::try_default().await?; // in-cluster config or ~/.kube/config
+//! let reloader = Reloader::spawn(SecretSource::builder(client, "web", "web-tls").build())?;
+//! reloader.ready().await?;
+//! let config = reloader.server_config()?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Permissions
+//! The source needs `get`, `list` and `watch` on that one Secret, nothing more. A Role bound to
+//! the pod's service account (see also `deploy/example.yaml` in the repository):
+//!
+//! ```yaml
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: Role
+//! metadata:
+//!   name: web-tls-reader
+//!   namespace: web
+//! rules:
+//!   - apiGroups: [""]
+//!     resources: ["secrets"]
+//!     resourceNames: ["web-tls"]
+//!     verbs: ["get", "list", "watch"]
+//! ---
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: RoleBinding
+//! metadata:
+//!   name: web-tls-reader
+//!   namespace: web
+//! subjects:
+//!   - kind: ServiceAccount
+//!     name: web
+//!     namespace: web
+//! roleRef:
+//!   apiGroup: rbac.authorization.k8s.io
+//!   kind: Role
+//!   name: web-tls-reader
+//! ```
+//!
+//! `resourceNames` restricts `list` and `watch` to requests that select that name
+//! (`fieldSelector=metadata.name=web-tls`), which is what the source sends.
+
+mod secret;
+
+pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
+
+/// What went wrong with the Secret; carried inside a
+/// [`tls_source::Error::Source`] naming `secret namespace/name`. Every variant is a report: the
+/// source carries on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The Secret does not exist (at start, or it was deleted while the watch was down).
+    #[error("the Secret does not exist; keeping the current certificate until it is created")]
+    NotFound,
+    /// The Secret was deleted.
+    #[error("the Secret was deleted; keeping the current certificate until it is recreated")]
+    Deleted,
+    /// The Secret lacks the certificate or key.
+    #[error("the Secret has no {}", keys.join(" and no "))]
+    MissingKeys {
+        /// The missing data keys.
+        keys: Vec<String>,
+    },
+    /// The API refused: the service account lacks a permission.
+    #[error(
+        "forbidden: the service account needs get, list and watch on secrets named {name} in namespace {namespace} (a Role with resourceNames: [{name}]; see the tls-k8s docs): {message}"
+    )]
+    Forbidden {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// What the API server said.
+        message: String,
+    },
+    /// Any other API or watch failure (retried with backoff).
+    #[error("watching the Secret failed: {0}")]
+    Watch(#[source] kube::runtime::watcher::Error),
+}
+
+impl Error {
+    fn from_watcher(err: kube::runtime::watcher::Error, namespace: &str, name: &str) -> Self {
+        use kube::runtime::watcher::Error as W;
+        let status = match &err {
+            W::InitialListFailed(kube::Error::Api(status))
+            | W::WatchStartFailed(kube::Error::Api(status))
+            | W::WatchFailed(kube::Error::Api(status)) => Some(status.as_ref()),
+            W::WatchError(status) => Some(status.as_ref()),
+            _ => None,
+        };
+        match status {
+            Some(status) if status.code == 403 => Self::Forbidden {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                message: status.message.clone(),
+            },
+            _ => Self::Watch(err),
+        }
+    }
+}

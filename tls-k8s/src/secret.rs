@@ -1,0 +1,317 @@
+//! [`SecretSource`]: one TLS Secret, watched through the Kubernetes API.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tls_source::{CertBundle, Decoder, Digest, Origin};
+
+use crate::Error;
+
+/// The default key of the certificate chain in a `kubernetes.io/tls` Secret.
+pub const TLS_CRT: &str = "tls.crt";
+/// The default key of the private key.
+pub const TLS_KEY: &str = "tls.key";
+/// The default key of the CA bundle (optional).
+pub const CA_CRT: &str = "ca.crt";
+
+/// A [`CertSource`](tls_source::CertSource) that watches one Secret through the Kubernetes API
+/// and yields a bundle whenever its certificate data changes: milliseconds after the update,
+/// where a mounted Secret waits for the kubelet's sync (often a minute) and a `subPath` mount
+/// never updates at all.
+///
+/// - Built on `kube::runtime::watcher` with a field selector on `metadata.name` and the default
+///   backoff: lists, then watches from the list's resourceVersion, resumes after a dropped
+///   watch, relists after 410 Gone.
+/// - Yields only when `tls.crt`, `tls.key` or `ca.crt` change, not on label, annotation or other
+///   metadata changes. The bundle's origin names `namespace/name` and the resourceVersion.
+/// - Needs `get`, `list` and `watch` on that one Secret; see the crate docs for the Role.
+///
+/// # Recovery
+/// Every problem is an `Err` item naming the Secret, and the source carries on: a deleted Secret
+/// (and a recreated one is picked up), a Secret without the keys, malformed data, a dropped watch,
+/// 410 Gone, 5xx answers, an API server restart, 403 Forbidden (the message says which RBAC
+/// permission is missing). Watch errors are retried with kube's default backoff. The reload
+/// core keeps the last good certificate meanwhile.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use futures::StreamExt;
+/// use tls_k8s::SecretSource;
+///
+/// let client = kube::Client::try_default().await?;
+/// let mut source = SecretSource::builder(client, "web", "web-tls").build();
+/// while let Some(item) = source.next().await {
+///     match item {
+///         Ok(bundle) => println!("new certificate from {}", bundle.origin()),
+///         Err(err) => eprintln!("{err}"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct SecretSource {
+    namespace: String,
+    name: String,
+    inner: BoxStream<'static, Result<CertBundle, tls_source::Error>>,
+}
+
+/// Configures a [`SecretSource`]; made by [`SecretSource::builder`].
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct SecretSourceBuilder {
+    client: Client,
+    namespace: String,
+    name: String,
+    keys: Keys,
+    decoder: Decoder,
+}
+
+#[derive(Debug, Clone)]
+struct Keys {
+    cert: String,
+    key: String,
+    ca: String,
+}
+
+impl fmt::Debug for SecretSourceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretSourceBuilder")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== impl SecretSourceBuilder =====
+
+impl SecretSourceBuilder {
+    /// The data keys of the certificate chain, the private key and the (optional) CA bundle.
+    /// Default: `tls.crt`, `tls.key`, `ca.crt`.
+    pub fn keys(
+        mut self,
+        cert: impl Into<String>,
+        key: impl Into<String>,
+        ca: impl Into<String>,
+    ) -> Self {
+        self.keys = Keys {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.into(),
+        };
+        self
+    }
+
+    /// The largest value accepted for each key, in bytes (default 1 MiB).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.decoder = self.decoder.max_size(bytes);
+        self
+    }
+
+    /// Builds the source. Nothing is requested until the stream is first polled.
+    pub fn build(self) -> SecretSource {
+        let api: Api<Secret> = Api::namespaced(self.client, &self.namespace);
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let mut state = State {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            keys: self.keys,
+            decoder: self.decoder,
+            last: None,
+            seen_in_init: false,
+            missing_reported: false,
+        };
+        let inner = watcher::watcher(api, config)
+            .default_backoff()
+            .filter_map(move |event| futures::future::ready(state.handle(event)))
+            .boxed();
+        SecretSource {
+            namespace: self.namespace,
+            name: self.name,
+            inner,
+        }
+    }
+}
+
+// ===== impl SecretSource =====
+
+impl SecretSource {
+    /// Starts configuring a source for the Secret `namespace/name`.
+    pub fn builder(
+        client: Client,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> SecretSourceBuilder {
+        SecretSourceBuilder {
+            client,
+            namespace: namespace.into(),
+            name: name.into(),
+            keys: Keys {
+                cert: TLS_CRT.to_owned(),
+                key: TLS_KEY.to_owned(),
+                ca: CA_CRT.to_owned(),
+            },
+            decoder: Decoder::new(),
+        }
+    }
+}
+
+impl Stream for SecretSource {
+    type Item = Result<CertBundle, tls_source::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretSource")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== the event handling =====
+
+struct State {
+    namespace: String,
+    name: String,
+    keys: Keys,
+    decoder: Decoder,
+    /// The digest of the certificate data last passed on (a bundle or a decoding error);
+    /// `None` after any error, so that the same data afterwards is passed on again.
+    last: Option<Digest>,
+    /// Whether the Secret appeared in the current initial list.
+    seen_in_init: bool,
+    /// Whether "does not exist" was said since the Secret was last seen.
+    missing_reported: bool,
+}
+
+type Item = Result<CertBundle, tls_source::Error>;
+
+impl State {
+    fn origin(&self) -> String {
+        format!("secret {}/{}", self.namespace, self.name)
+    }
+
+    fn report(&mut self, err: Error) -> Option<Item> {
+        self.last = None;
+        Some(Err(tls_source::Error::source(self.origin(), err)))
+    }
+
+    fn handle(&mut self, event: Result<Event<Secret>, watcher::Error>) -> Option<Item> {
+        match event {
+            Ok(Event::Init) => {
+                self.seen_in_init = false;
+                None
+            }
+            Ok(Event::InitApply(secret) | Event::Apply(secret)) => {
+                if secret.metadata.name.as_deref() != Some(self.name.as_str()) {
+                    return None;
+                }
+                self.seen_in_init = true;
+                self.missing_reported = false;
+                self.secret(&secret)
+            }
+            Ok(Event::InitDone) => {
+                if self.seen_in_init || self.missing_reported {
+                    return None;
+                }
+                self.missing_reported = true;
+                self.report(Error::NotFound)
+            }
+            Ok(Event::Delete(secret)) => {
+                if secret.metadata.name.as_deref() != Some(self.name.as_str()) {
+                    return None;
+                }
+                self.missing_reported = true;
+                self.report(Error::Deleted)
+            }
+            Err(err) => {
+                tracing::debug!(secret = %self.origin(), error = %err, "watch error; retrying with backoff");
+                let err = Error::from_watcher(err, &self.namespace, &self.name);
+                self.report(err)
+            }
+        }
+    }
+
+    fn secret(&mut self, secret: &Secret) -> Option<Item> {
+        let data = secret.data.clone().unwrap_or_default();
+        let empty = BTreeMap::new();
+        let string_data = secret.string_data.as_ref().unwrap_or(&empty);
+        let get = |key: &str| -> Option<Vec<u8>> {
+            data.get(key)
+                .map(|ByteString(bytes)| bytes.clone())
+                .or_else(|| string_data.get(key).map(|s| s.clone().into_bytes()))
+        };
+        let cert = get(&self.keys.cert);
+        let key = get(&self.keys.key);
+        let ca = get(&self.keys.ca);
+        let mut material = Vec::new();
+        for part in [&cert, &key, &ca] {
+            let bytes = part.as_deref().unwrap_or_default();
+            material.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+            material.extend_from_slice(&[u8::from(part.is_some())]);
+            material.extend_from_slice(bytes);
+        }
+        let digest = Digest::of(&material);
+        if self.last == Some(digest) {
+            return None; // a metadata-only change
+        }
+        let (Some(cert), Some(key)) = (cert, key) else {
+            let missing = [
+                (
+                    &self.keys.cert,
+                    secret_has(&data, string_data, &self.keys.cert),
+                ),
+                (
+                    &self.keys.key,
+                    secret_has(&data, string_data, &self.keys.key),
+                ),
+            ]
+            .into_iter()
+            .filter(|(_, present)| !present)
+            .map(|(k, _)| k.clone())
+            .collect();
+            let item = self.report(Error::MissingKeys { keys: missing });
+            self.last = Some(digest);
+            return item;
+        };
+        let input = |key: &str| format!("{}/{} key {key}", self.namespace, self.name);
+        let origin = Origin::Secret {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            resource_version: secret.metadata.resource_version.clone(),
+        };
+        let decoded = self.decoder.bundle(
+            (&input(&self.keys.cert), &cert),
+            (&input(&self.keys.key), &key),
+            ca.as_deref()
+                .map(|ca| (input(&self.keys.ca), ca))
+                .as_ref()
+                .map(|(n, b)| (n.as_str(), *b)),
+            origin,
+        );
+        self.last = Some(digest);
+        Some(decoded)
+    }
+}
+
+fn secret_has(
+    data: &BTreeMap<String, ByteString>,
+    string_data: &BTreeMap<String, String>,
+    key: &str,
+) -> bool {
+    data.contains_key(key) || string_data.contains_key(key)
+}

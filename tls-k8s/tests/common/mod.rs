@@ -1,0 +1,110 @@
+//! Shared set-up of the tls-k8s tests: a client for the emulator (or a real cluster), and a
+//! Secret served through a reloader behind a real TLS server.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+
+use tls_k8s::SecretSource;
+use tls_reload::{Reloader, Status};
+use tls_test::{KubeApi, PATIENCE, TestCert, TestServer};
+
+/// A `kube::Client` for the emulator, through an ordinary `kube::Config`.
+pub fn client(api: &KubeApi) -> kube::Client {
+    let mut config = kube::Config::new(api.url().parse().expect("emulator URL"));
+    config.default_namespace = "default".into();
+    kube::Client::try_from(config).expect("client")
+}
+
+pub fn tls_data(cert: &TestCert) -> [(&'static str, Vec<u8>); 2] {
+    [
+        ("tls.crt", cert.chain_pem.clone().into_bytes()),
+        ("tls.key", cert.key_pem.clone().into_bytes()),
+    ]
+}
+
+/// Writes `cert` into the Secret `default/tls` on the emulator.
+pub fn put(api: &KubeApi, cert: &TestCert) -> u64 {
+    let data = tls_data(cert);
+    let refs: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+    api.put_secret("default", "tls", &refs)
+}
+
+pub struct Served {
+    pub reloader: Reloader,
+    pub server: TestServer,
+}
+
+impl Served {
+    /// Serves the Secret `namespace/name` through `client`; waits for the first certificate.
+    pub async fn start(client: kube::Client, namespace: &str, name: &str) -> Self {
+        let source = SecretSource::builder(client, namespace, name).build();
+        let reloader = Reloader::builder()
+            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .spawn(source)
+            .expect("spawn");
+        reloader
+            .ready_timeout(PATIENCE)
+            .await
+            .expect("first certificate");
+        let server = TestServer::start(reloader.resolver()).await;
+        Self { reloader, server }
+    }
+
+    pub async fn served(&self) -> String {
+        tls_test::probe(self.server.addr(), "localhost")
+            .await
+            .expect("handshake")
+            .fingerprint
+    }
+
+    pub fn status(&self) -> Status {
+        self.reloader.status().borrow().clone()
+    }
+
+    pub async fn wait_for(&self, what: &str, mut pred: impl FnMut(&Status) -> bool) -> Status {
+        let mut rx = self.reloader.status();
+        let found = tokio::time::timeout(PATIENCE, async {
+            rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
+        })
+        .await;
+        match found {
+            Ok(Ok(status)) => status,
+            _ => panic!("timed out waiting for {what}; status: {:#?}", *rx.borrow()),
+        }
+    }
+
+    /// Waits until `cert` is installed, then checks a handshake is served it.
+    pub async fn expect_served(&self, cert: &TestCert) {
+        let fp = cert.fingerprint.clone();
+        self.wait_for("the new certificate", |s| {
+            s.current
+                .as_ref()
+                .is_some_and(|c| c.fingerprint_sha256 == fp)
+        })
+        .await;
+        assert_eq!(self.served().await, cert.fingerprint);
+    }
+
+    /// Waits until the last error mentions `needle`; checks `still` keeps serving.
+    pub async fn expect_reported(&self, needle: &str, still: &TestCert) -> Status {
+        let status = self
+            .wait_for(needle, |s| {
+                s.last_error
+                    .as_ref()
+                    .is_some_and(|e| e.to_string().contains(needle))
+            })
+            .await;
+        assert_eq!(
+            self.served().await,
+            still.fingerprint,
+            "the last good certificate keeps serving"
+        );
+        status
+    }
+
+    /// Waits until the last error is cleared (the source recovered).
+    pub async fn expect_recovered(&self) {
+        self.wait_for("recovery", |s| s.last_error.is_none()).await;
+    }
+}
