@@ -5,6 +5,7 @@
 //!                              [--cert-dir DIR] [--poll DURATION] [--no-notify]
 //!                              [--name NAME]... [--self-signed-validity DURATION]
 //!                              [--self-signed-dir DIR] [--self-signed-ca]
+//!                              [--k8s-secret NAMESPACE/NAME]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -13,6 +14,9 @@
 //!   the leaves with a stable CA (shown in the status) that clients can trust.
 //! - `--cert-dir DIR` reads the `kubernetes.io/tls` layout: `DIR/tls.crt`, `DIR/tls.key`, and
 //!   `DIR/ca.crt` when present. Try it with `cargo run --example rotate -- DIR`.
+//! - `--k8s-secret NAMESPACE/NAME` watches a `kubernetes.io/tls` Secret through the API (the
+//!   ambient kubeconfig, or the in-cluster config): new data is served milliseconds after it is
+//!   written.
 //! - `GET /` answers the reloader's status as JSON.
 //! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
 //!   finish (up to 10 s), and exit 0.
@@ -56,6 +60,9 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --cert-dir DIR     DIR/tls.crt, DIR/tls.key and DIR/ca.crt if present (a mounted Secret)
   --poll DURATION    how often to check the files without an event (default 10s)
   --no-notify        do not watch the directories; poll only
+  --k8s-secret NAMESPACE/NAME
+                     watch this kubernetes.io/tls Secret through the API (kubeconfig or
+                     in-cluster config; needs get, list, watch on it)
 
 With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.
   --name NAME                     also for this DNS name or IP address (repeatable)
@@ -88,6 +95,10 @@ enum Certs {
         ca: Option<PathBuf>,
     },
     Dir(PathBuf),
+    Secret {
+        namespace: String,
+        name: String,
+    },
 }
 
 #[derive(Debug)]
@@ -101,6 +112,7 @@ struct Args {
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut listen: SocketAddr = "127.0.0.1:8443".parse()?;
     let (mut cert, mut key, mut ca, mut dir) = (None, None, None, None);
+    let mut secret = None;
     let mut poll = tls_source::DEFAULT_POLL_INTERVAL;
     let mut notify = true;
     let mut self_signed = SelfSignedArgs::default();
@@ -127,6 +139,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 }
             }
             "--no-notify" => notify = false,
+            "--k8s-secret" => {
+                let v = value()?;
+                let (namespace, name) = v
+                    .split_once('/')
+                    .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                    .with_context(|| format!("--k8s-secret {v}: expected NAMESPACE/NAME"))?;
+                secret = Some((namespace.to_owned(), name.to_owned()));
+            }
             "--name" => {
                 self_signed.names.push(value()?);
                 self_signed_flags = true;
@@ -152,6 +172,17 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         }
     }
     let files = cert.is_some() || key.is_some() || ca.is_some() || dir.is_some();
+    if let Some((namespace, name)) = secret {
+        if files || self_signed_flags {
+            bail!("--k8s-secret cannot be combined with other certificate flags");
+        }
+        return Ok(Some(Args {
+            listen,
+            certs: Certs::Secret { namespace, name },
+            poll,
+            notify,
+        }));
+    }
     if files && self_signed_flags {
         bail!(
             "--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir"
@@ -206,7 +237,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let shutdown = CancellationToken::new();
 
-    let (source, trigger) = source(&args)?;
+    let (source, trigger) = source(&args).await?;
     let reloader = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .spawn(source)?;
@@ -235,7 +266,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
+async fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
     let files = |builder: tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
@@ -271,6 +302,13 @@ fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
             })
         }
         Certs::Dir(dir) => files(FileSource::kubernetes_dir(dir)),
+        Certs::Secret { namespace, name } => {
+            let client = kube::Client::try_default().await.context(
+                "no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)",
+            )?;
+            let source = tls_k8s::SecretSource::builder(client, namespace, name).build();
+            Ok((source.boxed(), None))
+        }
     }
 }
 
@@ -290,7 +328,7 @@ fn spawn_signal_handler(
                         tracing::info!("SIGHUP: re-reading the certificate files");
                         trigger.trigger();
                     }
-                    None => tracing::info!("SIGHUP: nothing to re-read (self-signed certificate)"),
+                    None => tracing::info!("SIGHUP: nothing to re-read (the source follows changes itself)"),
                 },
                 _ = terminate.recv() => break,
                 _ = interrupt.recv() => break,

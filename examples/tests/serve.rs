@@ -33,9 +33,14 @@ struct Serve {
 
 impl Serve {
     async fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[]).await
+    }
+
+    async fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let mut child = Command::new(example("serve"))
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -334,4 +339,54 @@ async fn self_signed_flags_do_not_mix_with_files() {
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("apply to the self-signed default"));
+}
+
+#[tokio::test]
+async fn follows_a_kubernetes_secret_through_the_api() {
+    let api = tls_test::KubeApi::start().await;
+    let ca = TestCa::new("serve k8s");
+    let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let put = |cert: &TestCert| {
+        api.put_secret(
+            "default",
+            "web-tls",
+            &[
+                ("tls.crt", cert.chain_pem.as_bytes()),
+                ("tls.key", cert.key_pem.as_bytes()),
+            ],
+        )
+    };
+    put(&a);
+    // An ordinary kubeconfig pointing at the emulator.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n\
+             contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
+             current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    let serve = Serve::start_with_env(
+        &["--k8s-secret", "default/web-tls"],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    )
+    .await;
+    let status = serve.status().await;
+    assert_eq!(status["fingerprint_sha256"], a.fingerprint);
+    let rv = put(&b);
+    let status = serve
+        .wait_status("the updated Secret", |s| {
+            s["fingerprint_sha256"] == b.fingerprint
+        })
+        .await;
+    assert_eq!(
+        status["origin"],
+        format!("secret default/web-tls at resourceVersion {rv}")
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
 }
