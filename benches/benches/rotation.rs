@@ -1,6 +1,7 @@
 //! Rotation-to-serve latency: after a kubelet-style `..data` swap, how long until a fresh TLS
 //! handshake is served the new certificate. Notify fast path (poll off) and poll-only path
-//! (poll every 100 ms, so the expected mean is about half the interval).
+//! (poll every 100 ms). And for the Kubernetes Secret source: from the Secret update on the API
+//! emulator to a handshake served the new certificate.
 //!
 //! `cargo bench -p benches --bench rotation`
 
@@ -15,6 +16,7 @@ use tls_test::{KubeDir, TestCa, TestCert, TestServer};
 struct Setup {
     _dir: tempfile::TempDir,
     kube: KubeDir,
+    api: Option<tls_test::KubeApi>,
     server: TestServer,
     _reloader: Reloader,
     certs: Vec<TestCert>,
@@ -53,6 +55,7 @@ async fn setup(notify: bool) -> Setup {
     Setup {
         _dir: dir,
         kube,
+        api: None,
         server,
         _reloader: reloader,
         certs,
@@ -60,11 +63,44 @@ async fn setup(notify: bool) -> Setup {
     }
 }
 
-/// One rotation: swap, then handshake until the new certificate is served.
+/// The same, with the certificate in a Secret on the API emulator, watched by `SecretSource`.
+async fn setup_secret() -> Setup {
+    let mut setup = setup(true).await;
+    let api = tls_test::KubeApi::start().await;
+    put_secret(&api, &setup.certs[0]);
+    let mut config = kube::Config::new(api.url().parse().unwrap());
+    config.default_namespace = "default".into();
+    let client = kube::Client::try_from(config).unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .spawn(tls_k8s::SecretSource::builder(client, "default", "tls").build())
+        .unwrap();
+    reloader.ready().await.unwrap();
+    setup.server = TestServer::start(reloader.resolver()).await;
+    setup._reloader = reloader;
+    setup.api = Some(api);
+    setup
+}
+
+fn put_secret(api: &tls_test::KubeApi, cert: &TestCert) {
+    api.put_secret(
+        "default",
+        "tls",
+        &[
+            ("tls.crt", cert.chain_pem.as_bytes()),
+            ("tls.key", cert.key_pem.as_bytes()),
+        ],
+    );
+}
+
+/// One rotation: swap (files, or the Secret), then handshake until the new certificate is served.
 async fn rotate_once(s: &mut Setup) -> Duration {
     let cert = &s.certs[s.next % s.certs.len()];
     s.next += 1;
-    write(&s.kube, cert);
+    match &s.api {
+        Some(api) => put_secret(api, cert),
+        None => write(&s.kube, cert),
+    }
     let start = Instant::now();
     loop {
         let served = tls_test::probe(s.server.addr(), "localhost").await.unwrap();
@@ -85,8 +121,15 @@ fn rotation(c: &mut Criterion) {
         .build()
         .unwrap();
     let mut group = c.benchmark_group("rotation_to_serve");
-    for (name, notify) in [("notify", true), ("poll_100ms", false)] {
-        let mut setup = runtime.block_on(setup(notify));
+    for name in ["notify", "poll_100ms", "kubernetes_secret"] {
+        let notify = name != "poll_100ms";
+        let mut setup = runtime.block_on(async {
+            if name == "kubernetes_secret" {
+                setup_secret().await
+            } else {
+                setup(notify).await
+            }
+        });
         group.sample_size(if notify { 50 } else { 20 });
         group.measurement_time(Duration::from_secs(if notify { 5 } else { 30 }));
         group.bench_function(name, |b| {
