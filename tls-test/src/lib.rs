@@ -26,3 +26,28 @@ pub use server::TestServer;
 
 /// How long tests wait for something that should happen in milliseconds.
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits until the value on `rx` satisfies `pred` and returns it, or panics after [`PATIENCE`]
+/// showing `what` and the last value (a reloader's status, say).
+///
+/// # Panics
+/// On time-out, or if the sender is gone before the value satisfies `pred`.
+pub async fn wait_for<T: std::fmt::Debug + Clone>(
+    mut rx: tokio::sync::watch::Receiver<T>,
+    what: &str,
+    mut pred: impl FnMut(&T) -> bool,
+) -> T {
+    let found = tokio::time::timeout(PATIENCE, async {
+        rx.wait_for(|value| pred(value))
+            .await
+            .map(|value| value.clone())
+    })
+    .await;
+    match found {
+        Ok(Ok(value)) => value,
+        _ => panic!(
+            "timed out waiting for {what}; last value: {:#?}",
+            *rx.borrow()
+        ),
+    }
+}

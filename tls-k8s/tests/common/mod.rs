@@ -62,16 +62,8 @@ impl Served {
         self.reloader.status().borrow().clone()
     }
 
-    pub async fn wait_for(&self, what: &str, mut pred: impl FnMut(&Status) -> bool) -> Status {
-        let mut rx = self.reloader.status();
-        let found = tokio::time::timeout(PATIENCE, async {
-            rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
-        })
-        .await;
-        match found {
-            Ok(Ok(status)) => status,
-            _ => panic!("timed out waiting for {what}; status: {:#?}", *rx.borrow()),
-        }
+    pub async fn wait_for(&self, what: &str, pred: impl FnMut(&Status) -> bool) -> Status {
+        tls_test::wait_for(self.reloader.status(), what, pred).await
     }
 
     /// Waits until `cert` is installed, then checks a handshake is served it.

@@ -137,20 +137,13 @@ impl Harness {
     }
 }
 
-/// Waits until the status satisfies `pred`, or panics after [`PATIENCE`] showing the status.
+/// Waits until the status satisfies `pred` (see [`tls_test::wait_for`]).
 pub async fn wait_for(
-    mut rx: watch::Receiver<Status>,
+    rx: watch::Receiver<Status>,
     what: &str,
-    mut pred: impl FnMut(&Status) -> bool,
+    pred: impl FnMut(&Status) -> bool,
 ) -> Status {
-    let result = tokio::time::timeout(PATIENCE, async {
-        rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
-    })
-    .await;
-    match result {
-        Ok(Ok(status)) => status,
-        _ => panic!("timed out waiting for {what}; status: {:#?}", *rx.borrow()),
-    }
+    tls_test::wait_for(rx, what, pred).await
 }
 
 /// Runs `f` with a time-out of [`PATIENCE`].
