@@ -8,6 +8,14 @@ use futures::StreamExt as _;
 use tls_k8s::SecretSource;
 use tls_test::{KubeApi, TestCa};
 
+/// Writes a new certificate into the Secret: it is served, and the status has no error left.
+async fn serves_a_new_certificate_and_recovers(api: &KubeApi, ca: &TestCa, served: &Served) {
+    let next = ca.leaf(&["localhost"]);
+    put(api, &next);
+    served.expect_served(&next).await;
+    served.expect_recovered().await;
+}
+
 async fn setup() -> (KubeApi, TestCa, tls_test::TestCert, Served) {
     let api = KubeApi::start().await;
     let ca = TestCa::new("k8s");
@@ -73,10 +81,7 @@ async fn deleted_then_recreated() {
     served
         .expect_reported("secret default/tls: the Secret was deleted", &first)
         .await;
-    let next = ca.leaf(&["localhost"]);
-    put(&api, &next);
-    served.expect_served(&next).await;
-    served.expect_recovered().await;
+    serves_a_new_certificate_and_recovers(&api, &ca, &served).await;
 }
 
 #[tokio::test]
@@ -115,10 +120,7 @@ async fn bad_data_is_rejected_and_reported() {
         generation,
         "nothing bad was installed"
     );
-    let next = ca.leaf(&["localhost"]);
-    put(&api, &next);
-    served.expect_served(&next).await;
-    served.expect_recovered().await;
+    serves_a_new_certificate_and_recovers(&api, &ca, &served).await;
 }
 
 #[tokio::test]
@@ -178,10 +180,7 @@ async fn api_server_restart_losing_state() {
     served
         .expect_reported("the Secret does not exist", &first)
         .await;
-    let next = ca.leaf(&["localhost"]);
-    put(&api, &next);
-    served.expect_served(&next).await;
-    served.expect_recovered().await;
+    serves_a_new_certificate_and_recovers(&api, &ca, &served).await;
 }
 
 /// While the API answers 500, the error is reported and the certificate kept; afterwards the
@@ -195,10 +194,7 @@ async fn server_errors_for_a_while() {
         .expect_reported("secret default/tls: watching the Secret failed", &first)
         .await;
     api.fail_all(None);
-    let next = ca.leaf(&["localhost"]);
-    put(&api, &next);
-    served.expect_served(&next).await;
-    served.expect_recovered().await;
+    serves_a_new_certificate_and_recovers(&api, &ca, &served).await;
 }
 
 #[tokio::test]
@@ -213,10 +209,7 @@ async fn forbidden_names_the_missing_permission() {
         "the API server's words are kept"
     );
     api.fail_all(None);
-    let next = ca.leaf(&["localhost"]);
-    put(&api, &next);
-    served.expect_served(&next).await;
-    served.expect_recovered().await;
+    serves_a_new_certificate_and_recovers(&api, &ca, &served).await;
 }
 
 #[tokio::test]
