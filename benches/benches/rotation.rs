@@ -13,10 +13,17 @@ use tls_reload::Reloader;
 use tls_source::FileSource;
 use tls_test::{KubeDir, TestCa, TestCert, TestServer};
 
+/// Where the certificate is written, and how.
+enum Store {
+    Files {
+        _dir: tempfile::TempDir,
+        kube: KubeDir,
+    },
+    Secret(tls_test::KubeApi),
+}
+
 struct Setup {
-    _dir: tempfile::TempDir,
-    kube: KubeDir,
-    api: Option<tls_test::KubeApi>,
+    store: Store,
     server: TestServer,
     _reloader: Reloader,
     certs: Vec<TestCert>,
@@ -31,9 +38,33 @@ fn write(kube: &KubeDir, cert: &TestCert) {
     .expect("write");
 }
 
-async fn setup(notify: bool) -> Setup {
+fn certs() -> Vec<TestCert> {
     let ca = TestCa::new("rotation bench");
-    let certs: Vec<_> = (0..8).map(|_| ca.leaf(&["localhost"])).collect();
+    (0..8).map(|_| ca.leaf(&["localhost"])).collect()
+}
+
+async fn serve(
+    source: impl tls_source::CertSource + 'static,
+    store: Store,
+    certs: Vec<TestCert>,
+) -> Setup {
+    let reloader = Reloader::builder()
+        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .spawn(source)
+        .unwrap();
+    reloader.ready().await.unwrap();
+    Setup {
+        store,
+        server: TestServer::start(reloader.resolver()).await,
+        _reloader: reloader,
+        certs,
+        next: 1,
+    }
+}
+
+/// Files in a kubelet-style directory, watched (notify, poll at one hour) or polled (100 ms).
+async fn setup(notify: bool) -> Setup {
+    let certs = certs();
     let dir = tempfile::tempdir().unwrap();
     let kube = KubeDir::new(dir.path().join("tls")).unwrap();
     write(&kube, &certs[0]);
@@ -46,40 +77,19 @@ async fn setup(notify: bool) -> Setup {
             .poll_interval(Duration::from_millis(100))
             .build()
     };
-    let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .spawn(source)
-        .unwrap();
-    reloader.ready().await.unwrap();
-    let server = TestServer::start(reloader.resolver()).await;
-    Setup {
-        _dir: dir,
-        kube,
-        api: None,
-        server,
-        _reloader: reloader,
-        certs,
-        next: 1,
-    }
+    serve(source, Store::Files { _dir: dir, kube }, certs).await
 }
 
-/// The same, with the certificate in a Secret on the API emulator, watched by `SecretSource`.
+/// A Secret on the API emulator, watched by `SecretSource`.
 async fn setup_secret() -> Setup {
-    let mut setup = setup(true).await;
+    let certs = certs();
     let api = tls_test::KubeApi::start().await;
-    put_secret(&api, &setup.certs[0]);
+    put_secret(&api, &certs[0]);
     let mut config = kube::Config::new(api.url().parse().unwrap());
     config.default_namespace = "default".into();
     let client = kube::Client::try_from(config).unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .spawn(tls_k8s::SecretSource::builder(client, "default", "tls").build())
-        .unwrap();
-    reloader.ready().await.unwrap();
-    setup.server = TestServer::start(reloader.resolver()).await;
-    setup._reloader = reloader;
-    setup.api = Some(api);
-    setup
+    let source = tls_k8s::SecretSource::builder(client, "default", "tls").build();
+    serve(source, Store::Secret(api), certs).await
 }
 
 fn put_secret(api: &tls_test::KubeApi, cert: &TestCert) {
@@ -97,9 +107,9 @@ fn put_secret(api: &tls_test::KubeApi, cert: &TestCert) {
 async fn rotate_once(s: &mut Setup) -> Duration {
     let cert = &s.certs[s.next % s.certs.len()];
     s.next += 1;
-    match &s.api {
-        Some(api) => put_secret(api, cert),
-        None => write(&s.kube, cert),
+    match &s.store {
+        Store::Secret(api) => put_secret(api, cert),
+        Store::Files { kube, .. } => write(kube, cert),
     }
     let start = Instant::now();
     loop {
