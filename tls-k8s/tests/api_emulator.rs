@@ -63,6 +63,13 @@ async fn create_get_replace_patch_delete_with_preconditions() {
 
     let got = api.get("s").await.unwrap();
     assert_eq!(got.data.unwrap()["k"], ByteString(b"1".to_vec()));
+    // Stored as the API stores it: data base64-encoded, kind and version set.
+    let stored = emulator.get("secrets", "default", "s").unwrap();
+    assert_eq!(stored["data"]["k"], "MQ==");
+    assert_eq!(
+        (stored["kind"].as_str(), stored["apiVersion"].as_str()),
+        (Some("Secret"), Some("v1"))
+    );
 
     // Replace with the current resourceVersion: accepted, and the version grows.
     let mut update = secret("s", "2");

@@ -94,9 +94,10 @@ async fn the_same_material_after_an_error_clears_the_error_without_a_swap() {
     reloader.ready_timeout(PATIENCE).await.unwrap();
     tx.unbounded_send(Err(tls_source::Error::source("test", "blip")))
         .unwrap();
-    common::wait_for(reloader.status(), "the error", |s| s.last_error.is_some()).await;
+    tls_test::wait_for(reloader.status(), "the error", |s| s.last_error.is_some()).await;
     tx.unbounded_send(Ok(bundle(&cert))).unwrap();
-    let status = common::wait_for(reloader.status(), "recovery", |s| s.last_error.is_none()).await;
+    let status =
+        tls_test::wait_for(reloader.status(), "recovery", |s| s.last_error.is_none()).await;
     assert_eq!(status.generation, 1);
 }
 

@@ -98,7 +98,7 @@ async fn trigger_forces_a_read_without_any_event() {
     write_kube(&kube, &b);
     trigger.trigger();
     let fp = b.fingerprint.clone();
-    common::wait_for(reloader.status(), "the triggered read", |s| {
+    tls_test::wait_for(reloader.status(), "the triggered read", |s| {
         s.current
             .as_ref()
             .is_some_and(|c| c.fingerprint_sha256 == fp)

@@ -86,16 +86,6 @@ impl TestCa {
         )
     }
 
-    /// A leaf for `names` whose validity starts in a day.
-    pub fn future_leaf(&self, names: &[&str]) -> TestCert {
-        let now = SystemTime::now();
-        self.leaf_valid(
-            names,
-            now + Duration::from_secs(86400),
-            now + Duration::from_secs(2 * 86400),
-        )
-    }
-
     /// A leaf for `names`, valid between the two instants.
     ///
     /// # Panics

@@ -51,3 +51,36 @@ pub async fn wait_for<T: std::fmt::Debug + Clone>(
         ),
     }
 }
+
+/// The fingerprint of the certificate a fresh handshake with `addr` (as `localhost`) is served.
+///
+/// # Panics
+/// If the handshake fails.
+pub async fn served(addr: std::net::SocketAddr) -> String {
+    probe(addr, "localhost")
+        .await
+        .expect("handshake")
+        .fingerprint
+}
+
+/// Waits until `installed` reads `cert`'s fingerprint from `rx` (what a reloader says it
+/// installed), then checks that a fresh handshake with `addr` is served `cert`.
+///
+/// # Panics
+/// On time-out (see [`wait_for`]) or if the handshake is served anything else.
+pub async fn expect_served<T: std::fmt::Debug + Clone>(
+    addr: std::net::SocketAddr,
+    rx: tokio::sync::watch::Receiver<T>,
+    installed: impl Fn(&T) -> Option<&str>,
+    cert: &TestCert,
+) {
+    wait_for(rx, "the new certificate installed", |value| {
+        installed(value) == Some(cert.fingerprint.as_str())
+    })
+    .await;
+    assert_eq!(
+        served(addr).await,
+        cert.fingerprint,
+        "a handshake is served the new certificate"
+    );
+}

@@ -52,10 +52,7 @@ impl Served {
     }
 
     pub async fn served(&self) -> String {
-        tls_test::probe(self.server.addr(), "localhost")
-            .await
-            .expect("handshake")
-            .fingerprint
+        tls_test::served(self.server.addr()).await
     }
 
     pub fn status(&self) -> Status {
@@ -68,14 +65,7 @@ impl Served {
 
     /// Waits until `cert` is installed, then checks a handshake is served it.
     pub async fn expect_served(&self, cert: &TestCert) {
-        let fp = cert.fingerprint.clone();
-        self.wait_for("the new certificate", |s| {
-            s.current
-                .as_ref()
-                .is_some_and(|c| c.fingerprint_sha256 == fp)
-        })
-        .await;
-        assert_eq!(self.served().await, cert.fingerprint);
+        tls_test::expect_served(self.server.addr(), self.reloader.status(), installed, cert).await;
     }
 
     /// Waits until the last error mentions `needle`; checks `still` keeps serving.
@@ -99,4 +89,12 @@ impl Served {
     pub async fn expect_recovered(&self) {
         self.wait_for("recovery", |s| s.last_error.is_none()).await;
     }
+}
+
+/// The fingerprint a status says is installed.
+pub fn installed(status: &Status) -> Option<&str> {
+    status
+        .current
+        .as_ref()
+        .map(|c| c.fingerprint_sha256.as_str())
 }

@@ -11,7 +11,6 @@ use rustls::crypto::CryptoProvider;
 use tls_reload::{Reloader, Status};
 use tls_source::{FileSource, Trigger};
 use tls_test::{KubeDir, PATIENCE, TestCert, TestServer};
-use tokio::sync::watch;
 
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -109,10 +108,7 @@ impl Harness {
 
     /// The fingerprint a fresh handshake is served.
     pub async fn served(&self) -> String {
-        tls_test::probe(self.server.addr(), "localhost")
-            .await
-            .expect("handshake")
-            .fingerprint
+        tls_test::served(self.server.addr()).await
     }
 
     pub fn status(&self) -> Status {
@@ -121,29 +117,13 @@ impl Harness {
 
     /// Waits until the status satisfies `pred`.
     pub async fn wait_for(&self, what: &str, pred: impl FnMut(&Status) -> bool) -> Status {
-        wait_for(self.reloader.status(), what, pred).await
+        tls_test::wait_for(self.reloader.status(), what, pred).await
     }
 
     /// Waits until `cert` is installed, then checks that a handshake is served it.
     pub async fn expect_served(&self, cert: &TestCert) {
-        let fp = cert.fingerprint.clone();
-        self.wait_for("the new certificate installed", |s| {
-            s.current
-                .as_ref()
-                .is_some_and(|c| c.fingerprint_sha256 == fp)
-        })
-        .await;
-        assert_eq!(self.served().await, cert.fingerprint);
+        tls_test::expect_served(self.server.addr(), self.reloader.status(), installed, cert).await;
     }
-}
-
-/// Waits until the status satisfies `pred` (see [`tls_test::wait_for`]).
-pub async fn wait_for(
-    rx: watch::Receiver<Status>,
-    what: &str,
-    pred: impl FnMut(&Status) -> bool,
-) -> Status {
-    tls_test::wait_for(rx, what, pred).await
 }
 
 /// Runs `f` with a time-out of [`PATIENCE`].
@@ -151,4 +131,12 @@ pub async fn patiently<T>(what: &str, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(PATIENCE, f)
         .await
         .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// The fingerprint a status says is installed.
+pub fn installed(status: &Status) -> Option<&str> {
+    status
+        .current
+        .as_ref()
+        .map(|c| c.fingerprint_sha256.as_str())
 }
