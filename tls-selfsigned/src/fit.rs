@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rcgen::{KeyPair, PublicKeyData as _};
 use rustls_pki_types::PrivateKeyDer;
 use tls_source::CertBundle;
+use tls_source::clock::Validity;
 use tls_source::x509::LeafInfo;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
@@ -212,11 +213,10 @@ pub(crate) fn check_times(
     now: SystemTime,
     window: Duration,
 ) -> Result<(), Unfit> {
-    if now >= not_after {
-        return Err(Unfit::Expired { not_after });
-    }
-    if now < not_before {
-        return Err(Unfit::NotYetValid { not_before });
+    match Validity::at(now, not_before, not_after) {
+        Validity::Expired => return Err(Unfit::Expired { not_after }),
+        Validity::NotYetValid => return Err(Unfit::NotYetValid { not_before }),
+        Validity::Valid => {}
     }
     if not_after.duration_since(now).unwrap_or_default() < window {
         return Err(Unfit::RenewalDue { not_after });
@@ -249,7 +249,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{SelfSigned, SteppedClock};
+    use tls_source::clock::SteppedClock;
+
+    use crate::SelfSigned;
 
     fn generator(names: &[&str]) -> SelfSigned {
         names

@@ -36,14 +36,14 @@
 //! # Ok(()) }
 //! ```
 
-mod clock;
 mod error;
 mod fit;
 mod generator;
 mod persist;
 mod source;
 
-pub use clock::{Clock, SteppedClock, SystemClock};
+/// The workspace's clock (from `tls-source`): renewal asks it for "now".
+pub use tls_source::clock::{Clock, SystemClock};
 pub use error::Error;
 pub use fit::Unfit;
 pub use generator::{

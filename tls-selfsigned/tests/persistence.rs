@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
-use tls_selfsigned::{SelfSigned, SteppedClock};
+use tls_selfsigned::SelfSigned;
+use tls_source::clock::SteppedClock;
 use tls_source::CertBundle;
 
 fn builder(dir: &Path, names: &[&str]) -> tls_selfsigned::Builder {

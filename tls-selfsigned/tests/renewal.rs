@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use rustls::pki_types::CertificateDer;
 use tls_reload::Reloader;
-use tls_selfsigned::{Clock as _, SelfSigned, SteppedClock};
+use tls_selfsigned::SelfSigned;
+use tls_source::clock::{Clock as _, SteppedClock};
 use tls_test::{PATIENCE, TestServer};
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 

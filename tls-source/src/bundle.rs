@@ -9,12 +9,22 @@ use sha2::{Digest as _, Sha256};
 
 /// A SHA-256 digest, shown as lower-case hex.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Digest(pub [u8; 32]);
+pub struct Digest([u8; 32]);
 
 impl Digest {
     /// The SHA-256 of `bytes`.
     pub fn of(bytes: &[u8]) -> Self {
         Self(Sha256::digest(bytes).into())
+    }
+
+    /// A digest computed elsewhere (e.g. by a streaming hasher).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The 32 bytes of the digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
     }
 }
 
@@ -110,22 +120,22 @@ impl CertBundle {
         key: PrivateKeyDer<'static>,
         origin: Origin,
     ) -> Self {
-        let mut bundle = Self {
+        let key = Arc::new(key);
+        let digest = material_digest(&chain, &key, &[]);
+        Self {
             chain,
-            key: Arc::new(key),
+            key,
             ca: Vec::new(),
             origin,
-            digest: Digest([0; 32]),
-        };
-        bundle.digest = bundle.compute_digest();
-        bundle
+            digest,
+        }
     }
 
     /// Sets the CA bundle (trust anchors for clients, or for client authentication).
     #[must_use]
     pub fn with_ca(mut self, ca: Vec<CertificateDer<'static>>) -> Self {
+        self.digest = material_digest(&self.chain, &self.key, &ca);
         self.ca = ca;
-        self.digest = self.compute_digest();
         self
     }
 
@@ -166,22 +176,28 @@ impl CertBundle {
         self.digest
     }
 
-    fn compute_digest(&self) -> Digest {
-        let mut h = Sha256::new();
-        let mut put = |tag: u8, bytes: &[u8]| {
-            h.update([tag]);
-            h.update((bytes.len() as u64).to_be_bytes());
-            h.update(bytes);
-        };
-        for c in &self.chain {
-            put(b'c', c.as_ref());
-        }
-        put(b'k', self.key.secret_der());
-        for c in &self.ca {
-            put(b'a', c.as_ref());
-        }
-        Digest(h.finalize().into())
+}
+
+/// SHA-256 over the chain, key and CA (DER, each tagged and length-prefixed).
+fn material_digest(
+    chain: &[CertificateDer<'static>],
+    key: &PrivateKeyDer<'static>,
+    ca: &[CertificateDer<'static>],
+) -> Digest {
+    let mut h = Sha256::new();
+    let mut put = |tag: u8, bytes: &[u8]| {
+        h.update([tag]);
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    for c in chain {
+        put(b'c', c.as_ref());
     }
+    put(b'k', key.secret_der());
+    for c in ca {
+        put(b'a', c.as_ref());
+    }
+    Digest(h.finalize().into())
 }
 
 impl Clone for CertBundle {

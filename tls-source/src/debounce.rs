@@ -30,7 +30,8 @@ pin_project! {
 }
 
 impl<S: Stream> Debounce<S> {
-    pub(crate) fn new(inner: S, quiet: Duration) -> Self {
+    /// Wraps the source(s); the same as the `CertSourceExt` method.
+    pub fn new(inner: S, quiet: Duration) -> Self {
         Self {
             inner,
             quiet,
@@ -38,6 +39,11 @@ impl<S: Stream> Debounce<S> {
             sleep: None,
             done: false,
         }
+    }
+
+    /// The wrapped source; an item held for the quiet period is dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 

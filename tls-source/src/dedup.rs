@@ -25,8 +25,14 @@ pin_project! {
 }
 
 impl<S> Dedup<S> {
-    pub(crate) fn new(inner: S) -> Self {
+    /// Wraps the source(s); the same as the `CertSourceExt` method.
+    pub fn new(inner: S) -> Self {
         Self { inner, last: None }
+    }
+
+    /// The wrapped source.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 

@@ -31,12 +31,18 @@ pin_project! {
 }
 
 impl<P, S> Fallback<P, S> {
-    pub(crate) fn new(primary: P, secondary: S) -> Self {
+    /// Wraps the source(s); the same as the `CertSourceExt` method.
+    pub fn new(primary: P, secondary: S) -> Self {
         Self {
             primary,
             secondary: Some(secondary),
             primary_done: false,
         }
+    }
+
+    /// The primary source, and the secondary one unless it was already dropped.
+    pub fn into_inner(self) -> (P, Option<S>) {
+        (self.primary, self.secondary)
     }
 }
 

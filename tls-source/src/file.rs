@@ -16,6 +16,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::Backoff;
+use crate::trigger::Triggered;
 use crate::{CertBundle, Decoder, Digest, Error, Origin, Trigger};
 
 /// The default poll interval: 10 seconds.
@@ -158,11 +160,11 @@ impl FileSourceBuilder {
             "FileSource poll interval must be above zero"
         );
         let config = Arc::new(self.config);
-        let trigger = Trigger::new();
+        let (trigger, triggered) = Trigger::new();
         let inner = Box::pin(futures::stream::unfold(
             State::Start {
                 config: config.clone(),
-                trigger: trigger.clone(),
+                trigger: triggered,
             },
             State::step,
         ));
@@ -363,7 +365,7 @@ impl FileReader {
 enum State {
     Start {
         config: Arc<Config>,
-        trigger: Trigger,
+        trigger: Triggered,
     },
     Running(Box<Running>),
 }
@@ -371,9 +373,11 @@ enum State {
 struct Running {
     config: Arc<Config>,
     reader: FileReader,
-    trigger: Trigger,
+    trigger: Triggered,
     /// Kept alive for its watch; dropping it stops the watch thread.
-    _watcher: Option<RecommendedWatcher>,
+    watcher: Option<RecommendedWatcher>,
+    /// When the watch could not start: the backoff and when to try again.
+    watch_retry: Option<(Backoff, Instant)>,
     changed: Arc<Notify>,
     interval: tokio::time::Interval,
 }
@@ -409,41 +413,64 @@ impl State {
 }
 
 impl Running {
-    fn start(config: Arc<Config>, trigger: Trigger) -> Box<Self> {
+    fn start(config: Arc<Config>, trigger: Triggered) -> Box<Self> {
         let changed = Arc::new(Notify::new());
-        let watcher = if config.notify {
-            match watch(&config, changed.clone()) {
-                Ok(watcher) => Some(watcher),
-                Err(err) => {
+        let mut running = Box::new(Self {
+            reader: FileReader::new(config.clone()),
+            trigger,
+            watcher: None,
+            watch_retry: None,
+            changed,
+            interval: {
+                let mut interval = tokio::time::interval_at(
+                    Instant::now() + config.poll_interval,
+                    config.poll_interval,
+                );
+                interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                interval
+            },
+            config,
+        });
+        if running.config.notify {
+            running.start_watch();
+        }
+        running
+    }
+
+    /// Starts the notify watch; if it cannot start, says so once and schedules a retry.
+    fn start_watch(&mut self) {
+        match watch(&self.config, self.changed.clone()) {
+            Ok(watcher) => {
+                if self.watch_retry.take().is_some() {
+                    tracing::info!(cert = %self.config.cert.display(), "watching the certificate directories again");
+                }
+                self.watcher = Some(watcher);
+            }
+            Err(err) => {
+                let (backoff, at) = self.watch_retry.get_or_insert_with(|| {
                     tracing::warn!(
                         error = %err,
-                        cert = %config.cert.display(),
-                        "cannot watch the certificate directories; polling only"
+                        cert = %self.config.cert.display(),
+                        "cannot watch the certificate directories; polling only, retrying the watch"
                     );
-                    None
-                }
+                    (Backoff::new(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX), Instant::now())
+                });
+                *at = Instant::now() + backoff.next().unwrap_or(WATCH_RETRY_MAX);
             }
-        } else {
-            None
-        };
-        let mut interval =
-            tokio::time::interval_at(Instant::now() + config.poll_interval, config.poll_interval);
-        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        Box::new(Self {
-            reader: FileReader::new(config.clone()),
-            config,
-            trigger,
-            _watcher: watcher,
-            changed,
-            interval,
-        })
+        }
     }
 
     async fn wait(&mut self) -> Wake {
+        let retry_at = self.watch_retry.as_ref().map(|(_, at)| *at);
         let wake = tokio::select! {
             _ = self.interval.tick() => Wake::Poll,
             () = self.changed.notified() => Wake::Event,
             () = self.trigger.notified() => Wake::Trigger,
+            () = sleep_until(retry_at), if retry_at.is_some() => {
+                self.start_watch();
+                // A watch that starts now may have missed a change: read.
+                Wake::Poll
+            }
         };
         if matches!(wake, Wake::Event) {
             // Coalesce a burst: wait until events stop for `settle`, at most 50 settles.
@@ -457,6 +484,17 @@ impl Running {
             }
         }
         wake
+    }
+}
+
+/// The first wait before a watch that could not start is tried again, and the longest.
+const WATCH_RETRY_INITIAL: Duration = Duration::from_secs(1);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -604,7 +642,7 @@ fn read_stable(config: &Config) -> Result<Files, Error> {
             cert,
             key,
             ca,
-            digest: Digest(h.finalize().into()),
+            digest: Digest::from_bytes(h.finalize().into()),
             key_mode: after[1].mode,
         });
     }

@@ -16,6 +16,9 @@
 //! - [`FileSource`]: files, followed through Kubernetes-style `..data` symlink swaps, with a
 //!   notify fast path, a poll backstop and a manual [`Trigger`]; [`FileReader`] is its reading
 //!   half, for callers that schedule reads themselves.
+//! - [`KeyedCertSource`]: many certificates under keys, put and removed (SNI routes).
+//! - [`clock`]: the one [`Clock`](clock::Clock) and validity rule of the workspace; a
+//!   `SteppedClock` for tests behind the `test-util` feature. [`Backoff`]: retry waits as a value.
 //! - `x509` (feature `x509`): what a certificate says about itself (names, validity, public key).
 //!
 //! # Example
@@ -35,12 +38,15 @@
 //! # }
 //! ```
 
+mod backoff;
 mod bundle;
+pub mod clock;
 mod debounce;
 mod dedup;
 mod error;
 mod fallback;
 mod file;
+mod keyed;
 mod pem;
 mod trigger;
 #[cfg(feature = "x509")]
@@ -51,11 +57,13 @@ use std::time::Duration;
 
 use futures::Stream;
 
+pub use backoff::Backoff;
 pub use bundle::{CertBundle, Digest, Origin};
 pub use debounce::Debounce;
 pub use dedup::Dedup;
 pub use error::Error;
 pub use fallback::Fallback;
+pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
 pub use file::{DEFAULT_POLL_INTERVAL, DEFAULT_SETTLE, FileReader, FileSource, FileSourceBuilder};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};
 pub use trigger::Trigger;

@@ -28,6 +28,26 @@ pub struct LeafInfo {
     pub spki_der: Vec<u8>,
     /// Whether basicConstraints says CA.
     pub is_ca: bool,
+    /// The issuer, e.g. `CN=Example CA`.
+    pub issuer: String,
+    /// The subject name as DER, for exact comparison with the issuer of another certificate.
+    pub subject_der: Vec<u8>,
+    /// The issuer name as DER.
+    pub issuer_der: Vec<u8>,
+    /// The extended key usage extension; `None` when the certificate has none (any use).
+    pub extended_key_usage: Option<ExtendedKeyUsage>,
+}
+
+/// What a certificate's extended key usage extension allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExtendedKeyUsage {
+    /// `id-kp-serverAuth`: a TLS server.
+    pub server_auth: bool,
+    /// `id-kp-clientAuth`: a TLS client.
+    pub client_auth: bool,
+    /// `anyExtendedKeyUsage`.
+    pub any: bool,
 }
 
 /// A certificate that is not valid X.509 DER.
@@ -80,6 +100,14 @@ impl LeafInfo {
                 _ => {}
             }
         }
+        let extended_key_usage = cert
+            .extended_key_usage()
+            .map_err(|e| invalid(format!("extended key usage: {e}")))?
+            .map(|eku| ExtendedKeyUsage {
+                server_auth: eku.value.server_auth,
+                client_auth: eku.value.client_auth,
+                any: eku.value.any,
+            });
         let validity = cert.validity();
         Ok(Self {
             subject: cert.subject().to_string(),
@@ -89,6 +117,42 @@ impl LeafInfo {
             not_after: from_unix(validity.not_after.timestamp()),
             spki_der: cert.public_key().raw.to_vec(),
             is_ca: cert.is_ca(),
+            issuer: cert.issuer().to_string(),
+            subject_der: cert.subject().as_raw().to_vec(),
+            issuer_der: cert.issuer().as_raw().to_vec(),
+            extended_key_usage,
+        })
+    }
+
+    /// Whether this certificate is valid for `name`: a DNS name (matched case-insensitively
+    /// against its DNS names, where `*.example.com` covers exactly one label, `a.example.com` but
+    /// neither `example.com` nor `a.b.example.com`) or an IP address. A wildcard `name` is covered
+    /// only by the same wildcard.
+    ///
+    /// ```
+    /// # let der = tls_test::TestCa::new("doc").leaf(&["*.example.com"]).cert_der;
+    /// use tls_source::x509::LeafInfo;
+    ///
+    /// let leaf = LeafInfo::parse(&der).unwrap(); // a certificate for *.example.com
+    /// assert!(leaf.covers("a.example.com"));
+    /// assert!(leaf.covers("*.example.com"));
+    /// assert!(!leaf.covers("a.b.example.com"));
+    /// assert!(!leaf.covers("example.com"));
+    /// ```
+    pub fn covers(&self, name: &str) -> bool {
+        if let Ok(ip) = name.parse::<IpAddr>() {
+            return self.ip_addresses.contains(&ip);
+        }
+        let name = name.strip_suffix('.').unwrap_or(name);
+        self.dns_names.iter().any(|san| {
+            let san = san.strip_suffix('.').unwrap_or(san);
+            san.eq_ignore_ascii_case(name)
+                || san.strip_prefix("*.").is_some_and(|suffix| {
+                    !name.starts_with("*.")
+                        && name
+                            .split_once('.')
+                            .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix))
+                })
         })
     }
 }

@@ -1,0 +1,112 @@
+//! Where "now" comes from, and the one validity rule of the workspace.
+
+use std::fmt;
+use std::time::SystemTime;
+
+/// A source of wall-clock time. Everything in the workspace that judges a certificate's validity
+/// (the reload core's policy, the self-signed generator's renewal) asks a `Clock`, so that tests
+/// can step it (an NTP step, a resume from suspend) and all parts agree on what "now" is.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current wall-clock time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system's wall clock, [`SystemTime::now`]. The default everywhere.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// Where an instant falls in a certificate's validity period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    /// Before `notBefore`.
+    NotYetValid,
+    /// From `notBefore` through `notAfter`, both included (RFC 5280, 4.1.2.5).
+    Valid,
+    /// After `notAfter`.
+    Expired,
+}
+
+impl Validity {
+    /// The workspace's one validity rule: valid from `not_before` through `not_after`, both
+    /// included, as RFC 5280 defines it.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tls_source::clock::Validity;
+    ///
+    /// let start = SystemTime::UNIX_EPOCH;
+    /// let end = start + Duration::from_secs(60);
+    /// assert_eq!(Validity::at(end, start, end), Validity::Valid);
+    /// assert_eq!(Validity::at(end + Duration::from_nanos(1), start, end), Validity::Expired);
+    /// ```
+    pub fn at(now: SystemTime, not_before: SystemTime, not_after: SystemTime) -> Self {
+        if now < not_before {
+            Self::NotYetValid
+        } else if now > not_after {
+            Self::Expired
+        } else {
+            Self::Valid
+        }
+    }
+}
+
+#[cfg(feature = "test-util")]
+pub use stepped::SteppedClock;
+
+#[cfg(feature = "test-util")]
+mod stepped {
+    use std::sync::{Mutex, PoisonError};
+    use std::time::{Duration, SystemTime};
+
+    use super::Clock;
+
+    /// A clock for tests (feature `test-util`): it follows Tokio's clock (so a test with paused
+    /// time moves it as time auto-advances) from a starting wall-clock time, and can be stepped
+    /// like an NTP step or a resume from suspend.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// use std::time::{Duration, SystemTime};
+    /// use tls_source::clock::{Clock, SteppedClock};
+    ///
+    /// let clock = SteppedClock::starting_at(SystemTime::UNIX_EPOCH);
+    /// clock.step(Duration::from_secs(3600));
+    /// assert!(clock.now() >= SystemTime::UNIX_EPOCH + Duration::from_secs(3600));
+    /// # }
+    /// ```
+    #[derive(Debug)]
+    pub struct SteppedClock {
+        start: SystemTime,
+        since: tokio::time::Instant,
+        offset: Mutex<Duration>,
+    }
+
+    impl SteppedClock {
+        /// A clock reading `start` now.
+        pub fn starting_at(start: SystemTime) -> Self {
+            Self {
+                start,
+                since: tokio::time::Instant::now(),
+                offset: Mutex::new(Duration::ZERO),
+            }
+        }
+
+        /// Moves the clock forward by `by`, at once.
+        pub fn step(&self, by: Duration) {
+            *self.offset.lock().unwrap_or_else(PoisonError::into_inner) += by;
+        }
+    }
+
+    impl Clock for SteppedClock {
+        fn now(&self) -> SystemTime {
+            let offset = *self.offset.lock().unwrap_or_else(PoisonError::into_inner);
+            self.start + self.since.elapsed() + offset
+        }
+    }
+}
