@@ -38,7 +38,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tls_reload::{Reloader, Rfc3339, Status};
+use tls_reload::{Reloader, Status};
 use tls_selfsigned::SelfSigned;
 use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
 use tokio::net::TcpListener;
@@ -392,12 +392,17 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serd
         "subject": current.map(|c| &c.subject),
         "dns_names": current.map(|c| &c.dns_names),
         "ip_addresses": current.map(|c| &c.ip_addresses),
-        "not_before": current.map(|c| Rfc3339(c.not_before).to_string()),
-        "not_after": current.map(|c| Rfc3339(c.not_after).to_string()),
+        "not_before": current.map(|c| rfc3339(c.not_before)),
+        "not_after": current.map(|c| rfc3339(c.not_after)),
         "origin": current.map(|c| c.origin.to_string()),
         "ca_fingerprints_sha256": current.map(|c| &c.ca_fingerprints_sha256),
-        "loaded_at": current.map(|c| Rfc3339(c.loaded_at).to_string()),
+        "loaded_at": current.map(|c| rfc3339(c.loaded_at)),
         "generation": status.generation,
         "last_error": status.last_error.as_ref().map(ToString::to_string),
     }))
+}
+
+/// RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`).
+fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
 }

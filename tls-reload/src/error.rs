@@ -8,11 +8,13 @@ use tls_source::Origin;
 
 /// Why a bundle was not installed, or why the reloader could not start.
 ///
-/// Except [`NoCryptoProvider`](Self::NoCryptoProvider), which [`Builder::spawn`](crate::Builder::spawn)
-/// returns, these are *reports*: the reloader records the latest in
-/// [`Status::last_error`](crate::Status::last_error), logs it, keeps serving the last good
-/// certificate and installs the next good bundle the source yields. Messages never contain key
-/// material.
+/// [`NoCryptoProvider`](Self::NoCryptoProvider), [`InvalidRouteName`](Self::InvalidRouteName)
+/// and [`NoSources`](Self::NoSources) are *final*: [`Builder::spawn`](crate::Builder::spawn)
+/// returns them. All others are *reports*: the reloader records the latest in the route's
+/// status ([`Status::last_error`](crate::Status::last_error) for the default route), logs it,
+/// keeps serving the last good certificate and installs the next good bundle the source yields.
+/// [`Validator::validate`](crate::Validator::validate) returns them too. Messages never contain
+/// key material.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -23,6 +25,20 @@ pub enum Error {
     )]
     NoCryptoProvider,
 
+    /// A route name given to [`Builder::route`](crate::Builder::route) is not a DNS name or a
+    /// one-label wildcard (`*.example.com`).
+    #[error("invalid SNI route name {name:?}: {reason}")]
+    InvalidRouteName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// The reloader was given nothing to serve: no source and no route.
+    #[error("no certificate source: give spawn a source, or add a route")]
+    NoSources,
+
     /// The source reported a problem (a missing file, malformed PEM, a deleted Secret).
     #[error(transparent)]
     Source(#[from] tls_source::Error),
@@ -32,6 +48,96 @@ pub enum Error {
     EmptyChain {
         /// Where the bundle came from.
         origin: Origin,
+    },
+
+    /// The chain holds more certificates than [`Policy::max_chain_len`](crate::Policy::max_chain_len).
+    #[error(
+        "{origin}: the chain holds {count} certificates, more than the limit of {limit} (Policy::max_chain_len)"
+    )]
+    ChainTooLong {
+        /// Where the bundle came from.
+        origin: Origin,
+        /// How many certificates it holds.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+
+    /// The chain is larger than [`Policy::max_chain_bytes`](crate::Policy::max_chain_bytes).
+    #[error(
+        "{origin}: the chain is {bytes} bytes of DER, more than the limit of {limit} bytes \
+         (Policy::max_chain_bytes; OpenSSL clients refuse certificate lists over 100 KiB)"
+    )]
+    ChainTooLarge {
+        /// Where the bundle came from.
+        origin: Origin,
+        /// Its size in bytes of DER.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+
+    /// A certificate of the chain is not issued by the one after it.
+    #[error(
+        "{origin}: the chain is out of order: {link}; put the leaf first, each certificate \
+         followed by its issuer"
+    )]
+    ChainOrder {
+        /// Where the bundle came from.
+        origin: Origin,
+        /// The position of the certificate whose issuer does not follow it (0 is the leaf).
+        position: usize,
+        /// Which certificate is followed by which, by subject and issuer.
+        link: String,
+    },
+
+    /// The leaf's extended key usage does not allow what it is for.
+    #[error("{origin}: the certificate's extended key usage does not allow {purpose}")]
+    Purpose {
+        /// Where the bundle came from.
+        origin: Origin,
+        /// What it was needed for.
+        purpose: crate::Purpose,
+    },
+
+    /// The leaf does not cover a name it must (a required name, or its SNI route).
+    #[error(
+        "{origin}: the certificate does not cover {name} (it is for {})",
+        Names(names)
+    )]
+    NameNotCovered {
+        /// Where the bundle came from.
+        origin: Origin,
+        /// The name it must cover.
+        name: String,
+        /// The DNS names and IP addresses it does cover.
+        names: Vec<String>,
+    },
+
+    /// A certificate of a keyed source has no DNS name, so no SNI route can serve it.
+    #[error("{origin}: the certificate has no DNS names to route by")]
+    NoNames {
+        /// Where the bundle came from.
+        origin: Origin,
+    },
+
+    /// The chain does not verify against the roots of [`Policy::verify_against`](crate::Policy::verify_against).
+    #[error("{origin}: the chain does not verify against the trusted roots: {reason}")]
+    Untrusted {
+        /// Where the bundle came from.
+        origin: Origin,
+        /// Why not.
+        reason: String,
+    },
+
+    /// The certificate being served has expired and nothing valid has replaced it. It keeps
+    /// being served (there is nothing better) while the status says so.
+    #[error("{origin}: the served certificate expired at {}; no valid replacement has arrived", Rfc3339(*not_after))]
+    ServedExpired {
+        /// Where the served bundle came from.
+        origin: Origin,
+        /// When it expired.
+        not_after: SystemTime,
     },
 
     /// The leaf certificate is not a valid X.509 certificate.
@@ -93,7 +199,8 @@ pub enum NotReady {
         /// The last rejection or source error, if any.
         last_error: Option<Arc<Error>>,
     },
-    /// The reloader stopped (cancelled, or its source ended) without installing anything.
+    /// The reloader stopped (cancelled, its sources ended, it panicked) without installing
+    /// anything.
     #[error("the reloader stopped before any certificate was installed: {}", LastError(last_error.as_deref()))]
     Stopped {
         /// The last rejection or source error, if any.
@@ -112,9 +219,21 @@ impl fmt::Display for LastError<'_> {
     }
 }
 
+struct Names<'a>(&'a [String]);
+
+impl fmt::Display for Names<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("no names")
+        } else {
+            f.write_str(&self.0.join(", "))
+        }
+    }
+}
+
 /// Formats a time as RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`).
 #[derive(Debug, Clone, Copy)]
-pub struct Rfc3339(pub SystemTime);
+pub(crate) struct Rfc3339(pub(crate) SystemTime);
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

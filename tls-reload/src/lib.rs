@@ -52,17 +52,22 @@
 //! # Ok(()) }
 //! ```
 
+mod driver;
 mod error;
 mod policy;
 mod reloader;
 mod status;
 mod tls;
+mod validate;
 
-pub use error::{Error, NotReady, Rfc3339};
-pub use policy::{DEFAULT_EXPIRY_WARNING, Policy};
-pub use reloader::{Builder, Reloader};
-pub use status::{CertInfo, Status};
+pub use error::{Error, NotReady};
+pub use policy::{
+    DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,
+};
+pub use reloader::{Builder, ReloadTask, Reloader};
+pub use status::{CertInfo, Ended, RouteStatus, Status};
 pub use tls::CertResolver;
+pub use validate::{Validated, Validator};
 
 /// Re-exported so that one dependency line is enough for the common case.
 pub use tls_source;

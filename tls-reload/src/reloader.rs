@@ -1,36 +1,45 @@
-//! The reload task and its handle.
+//! The reloader's handle, its builder and its task.
 
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use futures::{FutureExt as _, StreamExt as _};
+use arc_swap::ArcSwap;
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use rustls::crypto::CryptoProvider;
-use tls_source::{CertBundle, CertSource};
+use tls_source::clock::{Clock, SystemClock};
+use tls_source::{
+    BoxCertSource, BoxKeyedCertSource, CertSource, CertSourceExt as _, KeyedCertSource,
+};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Rfc3339;
-use crate::status::CertInfo;
-use crate::tls::{self, CertResolver};
-use crate::{Error, NotReady, Policy, Status};
+use crate::driver::{Driver, Plan};
+use crate::status::Ended;
+use crate::tls::{self, CertResolver, RouteName, Shared, Table};
+use crate::{Error, NotReady, Policy, Status, Validator};
 
-/// The most items taken from a source in one go before the latest wins.
-const MAX_BATCH: usize = 64;
-
-/// Drives a [`CertSource`], validates each bundle and swaps it into a rustls resolver.
+/// Drives certificate sources, validates each bundle and swaps it into a rustls resolver.
 ///
-/// Made with [`Reloader::builder`] (or [`Reloader::spawn`] for the defaults), which spawns the
-/// reload task on the current Tokio runtime. The task:
-/// - turns each bundle into a rustls `CertifiedKey` with the crypto provider, checks that the key
-///   matches the leaf, applies the [`Policy`] (expired, not yet valid), and only then swaps;
-/// - keeps the last good certificate on every error, recording it in [`Status::last_error`] and
+/// Made with [`Reloader::builder`] (or [`Reloader::spawn`] for the defaults). The reload task:
+/// - validates each bundle with a [`Validator`] (the key matches the leaf, the [`Policy`]:
+///   validity, purpose, names, chain order and size) and only then swaps;
+/// - keeps the last good certificate on every error, recording it in the route's status and
 ///   logging it (`tracing` warn); logs each install at info;
 /// - is latest-wins: when a burst of bundles is waiting, only the newest is validated and swapped;
-/// - stops when the cancellation token is cancelled (dropping the source) or when the source ends.
-///   The resolver keeps serving the last certificate either way.
-///
-/// Dropping the `Reloader` handle does not stop the task: the resolver you handed to rustls keeps
-/// rotating. Stop it with the token, or [`stop`](Self::stop).
+///   anything newer from a source, an error included, cancels a pending retry;
+/// - serves one certificate, or many by SNI ([`Builder::route`], [`Builder::routes`]): one task
+///   for every route, and one route's bad update never touches the others;
+/// - says when the served certificate enters the expiry-warning window and when it expires
+///   ([`Status::expiring`], [`Status::expired`]), logging a warning at each;
+/// - ends when its cancellation token is cancelled, when every source has ended, or when every
+///   `Reloader` handle and resolver is gone; [`stopped`](Self::stopped) says which (a panic
+///   included). The resolver keeps serving the last certificates after it ends.
 ///
 /// # Example
 /// ```no_run
@@ -43,13 +52,15 @@ const MAX_BATCH: usize = 64;
 /// let shutdown = CancellationToken::new();
 /// let reloader = Reloader::builder()
 ///     .cancellation_token(shutdown.clone())
-///     .spawn(FileSource::kubernetes_dir("/etc/tls").build())?;
+///     .route("api.example.com", FileSource::kubernetes_dir("/etc/tls/api").build())
+///     .route("*.example.com", FileSource::kubernetes_dir("/etc/tls/wildcard").build())
+///     .spawn(FileSource::kubernetes_dir("/etc/tls/default").build())?;
 /// reloader.ready_timeout(Duration::from_secs(10)).await?;
 /// let config = reloader.server_config()?; // or .with_cert_resolver(reloader.resolver())
 /// // ... serve with `config` until `shutdown` is cancelled.
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Reloader {
     resolver: Arc<CertResolver>,
     provider: Arc<CryptoProvider>,
@@ -57,16 +68,42 @@ pub struct Reloader {
     token: CancellationToken,
 }
 
-/// Configures and spawns a [`Reloader`].
-#[derive(Debug, Default)]
-#[must_use = "a builder does nothing until `spawn` is called"]
+/// Configures a [`Reloader`].
+#[must_use = "a builder does nothing until `spawn` or `build` is called"]
 pub struct Builder {
     provider: Option<Arc<CryptoProvider>>,
     policy: Policy,
+    clock: Arc<dyn Clock>,
     token: Option<CancellationToken>,
+    named: Vec<(String, BoxCertSource)>,
+    keyed: Vec<BoxKeyedCertSource>,
+    strict: bool,
+}
+
+/// The reload task, for the caller to run: [`Builder::build`] returns it with its
+/// [`Reloader`]. Spawn it (`tokio::spawn(task)`, a `JoinSet`, a `TaskTracker`) or await it; it
+/// resolves to how it [`Ended`]. Dropping it unrun leaves the resolver empty and the status says
+/// [`Ended::Dropped`].
+#[must_use = "the reload task does nothing unless spawned or awaited"]
+pub struct ReloadTask {
+    inner: BoxFuture<'static, Ended>,
 }
 
 // ===== impl Builder =====
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            provider: None,
+            policy: Policy::default(),
+            clock: Arc::new(SystemClock),
+            token: None,
+            named: Vec::new(),
+            keyed: Vec::new(),
+            strict: false,
+        }
+    }
+}
 
 impl Builder {
     /// The crypto provider that loads keys (and that [`Reloader::server_config`] uses). Default:
@@ -83,6 +120,12 @@ impl Builder {
         self
     }
 
+    /// Where "now" comes from, for validity and expiry (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// The token that stops the reload task. The reloader watches a child of it, so
     /// [`Reloader::stop`] does not cancel `token`. Default: a new token.
     pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
@@ -90,10 +133,43 @@ impl Builder {
         self
     }
 
-    /// Spawns the reload task for `source` on the current Tokio runtime.
+    /// An SNI route: handshakes for `name` (an exact DNS name, or a one-label wildcard such as
+    /// `*.example.com`, which covers `a.example.com` but neither `example.com` nor
+    /// `a.b.example.com`) are served the certificate from `source`, which must cover the name.
+    /// Exact routes win over wildcards; names are case-insensitive. Repeatable.
+    pub fn route<S>(mut self, name: impl Into<String>, source: S) -> Self
+    where
+        S: CertSource + 'static,
+    {
+        self.named.push((name.into(), source.boxed()));
+        self
+    }
+
+    /// SNI routes from a keyed source (e.g. every TLS Secret matching a label selector): each
+    /// key's certificate is served for the DNS names it holds; a removed key removes its
+    /// routes. A name claimed by a [`route`](Self::route) stays with it; between keys, the
+    /// smallest key keeps a name they share. Repeatable.
+    pub fn routes<S>(mut self, source: S) -> Self
+    where
+        S: KeyedCertSource + 'static,
+    {
+        self.keyed.push(Box::pin(source));
+        self
+    }
+
+    /// Strict SNI: a handshake whose server name no route serves (or that sends none) fails,
+    /// instead of being served the default certificate. Default: off.
+    pub fn sni_strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Spawns the reload task on the current Tokio runtime, serving `source` as the default
+    /// certificate (and the routes added).
     ///
     /// # Errors
-    /// [`Error::NoCryptoProvider`] when none was given and none can be found.
+    /// [`Error::NoCryptoProvider`] when none was given and none can be found;
+    /// [`Error::InvalidRouteName`] for a route name that is not a DNS name or wildcard.
     ///
     /// # Panics
     /// Outside a Tokio runtime.
@@ -101,30 +177,152 @@ impl Builder {
     where
         S: CertSource + 'static,
     {
+        let (reloader, task) = self.build(source)?;
+        tokio::spawn(task);
+        Ok(reloader)
+    }
+
+    /// Spawns the reload task for the routes alone, with no default certificate: a handshake
+    /// no route serves fails.
+    ///
+    /// # Errors
+    /// As [`spawn`](Self::spawn), and [`Error::NoSources`] without any route.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn spawn_routes(self) -> Result<Reloader, Error> {
+        let (reloader, task) = self.build_routes()?;
+        tokio::spawn(task);
+        Ok(reloader)
+    }
+
+    /// Like [`spawn`](Self::spawn), but hands the task to the caller to run (no runtime needed
+    /// to call this).
+    ///
+    /// # Errors
+    /// As [`spawn`](Self::spawn).
+    pub fn build<S>(self, source: S) -> Result<(Reloader, ReloadTask), Error>
+    where
+        S: CertSource + 'static,
+    {
+        self.make(Some(source.boxed()))
+    }
+
+    /// Like [`spawn_routes`](Self::spawn_routes), but hands the task to the caller to run.
+    ///
+    /// # Errors
+    /// As [`spawn_routes`](Self::spawn_routes).
+    pub fn build_routes(self) -> Result<(Reloader, ReloadTask), Error> {
+        self.make(None)
+    }
+
+    fn make(self, default: Option<BoxCertSource>) -> Result<(Reloader, ReloadTask), Error> {
         let provider = self
             .provider
             .or_else(tls::default_provider)
             .ok_or(Error::NoCryptoProvider)?;
+        let named = self
+            .named
+            .into_iter()
+            .map(|(name, source)| Ok((RouteName::parse(&name)?, source)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        if default.is_none() && named.is_empty() && self.keyed.is_empty() {
+            return Err(Error::NoSources);
+        }
+        let has_routes = !named.is_empty() || !self.keyed.is_empty();
         let token = self.token.unwrap_or_default().child_token();
-        let resolver = Arc::new(CertResolver::new());
+        let gone = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            default: Arc::default(),
+            table: ArcSwap::from_pointee(Table::default()),
+        });
+        let resolver = Arc::new(CertResolver::new(
+            Arc::clone(&shared),
+            has_routes,
+            self.strict,
+            gone.clone(),
+        ));
         let (tx, rx) = watch::channel(Status {
             running: true,
             ..Status::default()
         });
-        let task = Task {
-            provider: Arc::clone(&provider),
-            policy: self.policy,
-            resolver: Arc::clone(&resolver),
-            status: tx,
-            retry: None,
+        let validator = Validator::new(Arc::clone(&provider), self.policy).with_clock(self.clock);
+        let plan = Plan {
+            default,
+            named,
+            keyed: self.keyed,
         };
-        tokio::spawn(task.run(source, token.clone()));
-        Ok(Reloader {
-            resolver,
-            provider,
-            status: rx,
-            token,
-        })
+        let (driver, inputs) = Driver::new(validator, shared, tx.clone(), plan);
+        let cancel = token.clone();
+        let inner = async move {
+            let run = AssertUnwindSafe(driver.run(inputs, cancel, gone)).catch_unwind();
+            let ended = match run.await {
+                Ok(ended) => ended,
+                Err(panic) => Ended::Panicked {
+                    message: panic_message(panic.as_ref()),
+                },
+            };
+            match &ended {
+                Ended::Panicked { .. } => {
+                    tracing::error!(ended = %ended, "certificate reloader stopped; serving the current certificates");
+                }
+                _ => tracing::info!(ended = %ended, "certificate reloader stopped; serving the current certificates"),
+            }
+            tx.send_modify(|s| {
+                s.running = false;
+                s.ended = Some(ended.clone());
+            });
+            ended
+        }
+        .boxed();
+        Ok((
+            Reloader {
+                resolver,
+                provider,
+                status: rx,
+                token,
+            },
+            ReloadTask { inner },
+        ))
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("policy", &self.policy)
+            .field("clock", &self.clock)
+            .field(
+                "routes",
+                &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("keyed_sources", &self.keyed.len())
+            .field("strict", &self.strict)
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== impl ReloadTask =====
+
+impl Future for ReloadTask {
+    type Output = Ended;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for ReloadTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadTask").finish_non_exhaustive()
     }
 }
 
@@ -148,7 +346,8 @@ impl Reloader {
         Self::builder().spawn(source)
     }
 
-    /// The rustls resolver to put in a `ServerConfig` (`with_cert_resolver`).
+    /// The rustls resolver to put in a `ServerConfig` (`with_cert_resolver`). The reload task
+    /// runs while a resolver or a handle exists.
     pub fn resolver(&self) -> Arc<CertResolver> {
         Arc::clone(&self.resolver)
     }
@@ -163,30 +362,31 @@ impl Reloader {
     }
 
     /// A receiver of the reloader's [`Status`], updated on every install, rejection, source
-    /// error and stop.
+    /// error, expiry and stop.
     pub fn status(&self) -> watch::Receiver<Status> {
         self.status.clone()
     }
 
-    /// Waits until the first certificate is installed. A server should not accept before.
+    /// Waits until every configured route has a certificate (see [`Status::ready`]). A server
+    /// should not accept before.
     ///
     /// # Errors
-    /// [`NotReady::Stopped`] when the reload task ends without installing anything.
+    /// [`NotReady::Stopped`] when the reload task ends first.
     ///
     /// # Cancellation safety
     /// Cancellation safe.
     pub async fn ready(&self) -> Result<(), NotReady> {
         let mut rx = self.status.clone();
         let status = rx
-            .wait_for(|s| s.current.is_some() || !s.running)
+            .wait_for(|s| s.ready || !s.running)
             .await
             .map(|s| s.clone())
             .unwrap_or_default();
-        if status.current.is_some() {
+        if status.ready {
             Ok(())
         } else {
             Err(NotReady::Stopped {
-                last_error: status.last_error,
+                last_error: first_error(&status),
             })
         }
     }
@@ -201,185 +401,35 @@ impl Reloader {
             Ok(result) => result,
             Err(_) => Err(NotReady::TimedOut {
                 waited: timeout,
-                last_error: self.status.borrow().last_error.clone(),
+                last_error: first_error(&self.status.borrow()),
             }),
         }
     }
 
-    /// Stops the reload task (the source is dropped). The certificate installed last keeps being
-    /// served.
+    /// Stops the reload task (the sources are dropped). The certificates installed last keep
+    /// being served.
     pub fn stop(&self) {
         self.token.cancel();
     }
 
-    /// Waits until the reload task has ended and dropped its source.
+    /// Waits until the reload task has ended and dropped its sources, and says how it ended.
     ///
     /// # Cancellation safety
     /// Cancellation safe.
-    pub async fn stopped(&self) {
+    pub async fn stopped(&self) -> Ended {
         let mut rx = self.status.clone();
-        let _ = rx.wait_for(|s| !s.running).await;
+        let ended = rx.wait_for(|s| !s.running).await.map(|s| s.ended.clone());
+        match ended {
+            Ok(Some(ended)) => ended,
+            _ => Ended::Dropped,
+        }
     }
 }
 
-// ===== the reload task =====
-
-struct Task {
-    provider: Arc<CryptoProvider>,
-    policy: Policy,
-    resolver: Arc<CertResolver>,
-    status: watch::Sender<Status>,
-    /// A bundle rejected as not yet valid, tried again when it becomes valid.
-    retry: Option<(tokio::time::Instant, CertBundle)>,
-}
-
-impl Task {
-    async fn run<S: CertSource>(mut self, source: S, token: CancellationToken) {
-        // Boxed so that it can be dropped before the stop is announced.
-        let mut source = Box::pin(source);
-        loop {
-            let retry_at = self.retry.as_ref().map(|(at, _)| *at);
-            tokio::select! {
-                biased;
-                () = token.cancelled() => {
-                    tracing::info!("certificate reloader cancelled; stopping");
-                    break;
-                }
-                () = sleep_until(retry_at), if retry_at.is_some() => {
-                    if let Some((_, bundle)) = self.retry.take() {
-                        self.consider(&bundle);
-                    }
-                }
-                item = source.next() => {
-                    let Some(first) = item else {
-                        tracing::info!("certificate source ended; serving the current certificate");
-                        break;
-                    };
-                    let mut batch = vec![first];
-                    let mut ended = false;
-                    while batch.len() < MAX_BATCH {
-                        match source.next().now_or_never() {
-                            Some(Some(item)) => batch.push(item),
-                            Some(None) => {
-                                ended = true;
-                                break;
-                            }
-                            None => break,
-                        }
-                    }
-                    self.handle(batch);
-                    if ended {
-                        tracing::info!("certificate source ended; serving the current certificate");
-                        break;
-                    }
-                }
-            }
-        }
-        drop(source);
-        self.status.send_modify(|s| s.running = false);
-    }
-
-    /// Handles a batch in order; of its good bundles only the last is considered (latest wins).
-    fn handle(&mut self, batch: Vec<Result<CertBundle, tls_source::Error>>) {
-        let last_ok = batch.iter().rposition(Result::is_ok);
-        for (i, item) in batch.into_iter().enumerate() {
-            match item {
-                Ok(bundle) if Some(i) == last_ok => self.consider(&bundle),
-                Ok(bundle) => {
-                    tracing::debug!(origin = %bundle.origin(), "certificate superseded by a newer one before it was checked");
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "certificate source error; keeping the current certificate");
-                    self.record(Error::Source(err));
-                }
-            }
-        }
-    }
-
-    /// Validates a bundle and installs it, or records why not.
-    fn consider(&mut self, bundle: &CertBundle) {
-        self.retry = None;
-        if self.resolver.digest() == Some(bundle.digest()) {
-            // The same material again, e.g. after a transient error: a recovery, not a rotation.
-            self.status.send_if_modified(|s| {
-                let had_error = s.last_error.take().is_some();
-                if had_error {
-                    tracing::info!(origin = %bundle.origin(), "certificate source recovered; certificate unchanged");
-                }
-                had_error
-            });
-            return;
-        }
-        match self.validate(bundle) {
-            Ok((installed, info)) => {
-                self.resolver.store(installed);
-                let remaining = info
-                    .not_after
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default();
-                self.status.send_modify(|s| {
-                    s.generation += 1;
-                    s.last_error = None;
-                    tracing::info!(
-                        fingerprint = %info.fingerprint_sha256,
-                        not_after = %Rfc3339(info.not_after),
-                        origin = %info.origin,
-                        generation = s.generation,
-                        "certificate installed"
-                    );
-                    s.current = Some(info.clone());
-                });
-                if remaining < self.policy.expiry_warning_window() {
-                    tracing::warn!(
-                        fingerprint = %info.fingerprint_sha256,
-                        not_after = %Rfc3339(info.not_after),
-                        origin = %info.origin,
-                        "installed certificate expires soon"
-                    );
-                }
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "certificate rejected; keeping the current certificate");
-                if let Error::NotYetValid { not_before, .. } = &err {
-                    let wait = not_before
-                        .duration_since(SystemTime::now())
-                        .unwrap_or_default();
-                    self.retry = Some((tokio::time::Instant::now() + wait, bundle.clone()));
-                }
-                self.record(err);
-            }
-        }
-    }
-
-    fn validate(&self, bundle: &CertBundle) -> Result<(tls::Installed, CertInfo), Error> {
-        let origin = bundle.origin();
-        let info = CertInfo::inspect(bundle)?;
-        let installed = tls::certify(bundle, &self.provider)?;
-        let now = SystemTime::now();
-        if self.policy.rejects_expired() && now > info.not_after {
-            return Err(Error::Expired {
-                origin: origin.clone(),
-                not_after: info.not_after,
-            });
-        }
-        if self.policy.rejects_not_yet_valid() && now < info.not_before {
-            return Err(Error::NotYetValid {
-                origin: origin.clone(),
-                not_before: info.not_before,
-            });
-        }
-        Ok((installed, info))
-    }
-
-    fn record(&self, err: Error) {
-        let err = Arc::new(err);
-        self.status.send_modify(|s| s.last_error = Some(err));
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// The default route's error, else the first route's.
+fn first_error(status: &Status) -> Option<Arc<Error>> {
+    status
+        .last_error
+        .clone()
+        .or_else(|| status.routes.values().find_map(|r| r.last_error.clone()))
 }

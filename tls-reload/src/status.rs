@@ -1,29 +1,111 @@
 //! What the reloader reports.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use tls_source::Origin;
 use tls_source::x509::LeafInfo;
-use tls_source::{CertBundle, Origin};
 
 use crate::Error;
 
 /// The reloader's state, published on a `tokio::sync::watch` channel
 /// ([`Reloader::status`](crate::Reloader::status)).
+///
+/// The top-level certificate fields describe the *default route*: the certificate given to
+/// [`Builder::spawn`](crate::Builder::spawn), served when no SNI route matches. SNI routes are in
+/// [`routes`](Self::routes).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Status {
-    /// The certificate being served; `None` until the first one is installed.
+    /// The default certificate being served; `None` until the first one is installed (or when
+    /// there is no default route).
     pub current: Option<CertInfo>,
-    /// How many certificates have been installed (0 before the first).
+    /// How many default certificates have been installed (0 before the first).
     pub generation: u64,
-    /// The last rejected update or source error since the last successful load; `None` when the
+    /// The default route's last rejected update or source error since its last successful load,
+    /// or [`Error::ServedExpired`] once the served certificate has expired; `None` when the
     /// latest input was good.
     pub last_error: Option<Arc<Error>>,
-    /// Whether the reload task is still running (it stops on cancellation or when the source ends;
-    /// the last certificate keeps being served either way).
+    /// Whether the served default certificate is inside the expiry-warning window
+    /// ([`Policy::expiry_warning`](crate::Policy::expiry_warning)) or past its end.
+    pub expiring: bool,
+    /// Whether the served default certificate has expired.
+    pub expired: bool,
+    /// The SNI routes, by name (`api.example.com`, `*.example.com`) or, for a keyed source, by
+    /// key (e.g. a Secret's `namespace/name`).
+    pub routes: BTreeMap<String, RouteStatus>,
+    /// Whether every configured route has a certificate (with keyed routes only: whether any
+    /// has); what [`Reloader::ready`](crate::Reloader::ready) waits for.
+    pub ready: bool,
+    /// Whether the reload task is still running (the last certificates keep being served after
+    /// it ends).
     pub running: bool,
+    /// How the reload task ended; `None` while it runs.
+    pub ended: Option<Ended>,
+}
+
+/// The state of one SNI route.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RouteStatus {
+    /// The certificate being served for the route; `None` until one is installed.
+    pub current: Option<CertInfo>,
+    /// The names the route is served for: its name, or the DNS names of a keyed route's
+    /// certificate.
+    pub names: Vec<String>,
+    /// How many certificates have been installed for the route.
+    pub generation: u64,
+    /// The route's last rejected update or source error since its last successful load.
+    pub last_error: Option<Arc<Error>>,
+    /// Whether the route's certificate is inside the expiry-warning window or past its end.
+    pub expiring: bool,
+    /// Whether the route's certificate has expired.
+    pub expired: bool,
+}
+
+/// How the reload task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ended {
+    /// Its cancellation token was cancelled, or [`Reloader::stop`](crate::Reloader::stop) called.
+    Cancelled,
+    /// Every source ended.
+    SourcesEnded,
+    /// Every [`Reloader`](crate::Reloader) handle and resolver was dropped: nothing could be
+    /// served any more.
+    HandlesDropped,
+    /// The task panicked (in a source, say); the message is the panic's.
+    Panicked {
+        /// The panic message.
+        message: String,
+    },
+    /// The task was dropped before it ended: its runtime shut down, or the
+    /// [`ReloadTask`](crate::ReloadTask) was never run.
+    Dropped,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cancelled => f.write_str("cancelled"),
+            Self::SourcesEnded => f.write_str("every source ended"),
+            Self::HandlesDropped => f.write_str("every handle and resolver was dropped"),
+            Self::Panicked { message } => write!(f, "panicked: {message}"),
+            Self::Dropped => f.write_str("the task was dropped before it ended"),
+        }
+    }
+}
+
+impl Status {
+    pub(crate) fn set_default(&mut self, route: &RouteStatus) {
+        self.current.clone_from(&route.current);
+        self.generation = route.generation;
+        self.last_error.clone_from(&route.last_error);
+        self.expiring = route.expiring;
+        self.expired = route.expired;
+    }
 }
 
 /// What is known about an installed certificate. Holds no key material.
@@ -35,6 +117,8 @@ pub struct CertInfo {
     pub fingerprint_sha256: String,
     /// The leaf's subject, e.g. `CN=example.com`.
     pub subject: String,
+    /// The leaf's issuer.
+    pub issuer: String,
     /// The DNS names among the leaf's subject alternative names.
     pub dns_names: Vec<String>,
     /// The IP addresses among the leaf's subject alternative names.
@@ -45,7 +129,7 @@ pub struct CertInfo {
     pub not_after: SystemTime,
     /// Where the bundle came from.
     pub origin: Origin,
-    /// When it was installed.
+    /// When it was validated (and, for an installed certificate, installed).
     pub loaded_at: SystemTime,
     /// How many certificates the chain holds (leaf included).
     pub chain_len: usize,
@@ -55,31 +139,37 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
-    /// Parses the leaf certificate of `bundle`.
-    pub(crate) fn inspect(bundle: &CertBundle) -> Result<Self, Error> {
-        let origin = bundle.origin();
-        let leaf = bundle.leaf().ok_or_else(|| Error::EmptyChain {
-            origin: origin.clone(),
-        })?;
-        let parsed = LeafInfo::parse(leaf).map_err(|e| Error::Parse {
-            origin: origin.clone(),
-            reason: e.to_string(),
-        })?;
-        Ok(Self {
+    pub(crate) fn new(
+        bundle: &tls_source::CertBundle,
+        leaf: &[u8],
+        parsed: LeafInfo,
+        loaded_at: SystemTime,
+    ) -> Self {
+        Self {
             fingerprint_sha256: tls_source::Digest::of(leaf).to_string(),
             subject: parsed.subject,
+            issuer: parsed.issuer,
             dns_names: parsed.dns_names,
             ip_addresses: parsed.ip_addresses,
             not_before: parsed.not_before,
             not_after: parsed.not_after,
-            origin: origin.clone(),
-            loaded_at: SystemTime::now(),
+            origin: bundle.origin().clone(),
+            loaded_at,
             chain_len: bundle.chain().len(),
             ca_fingerprints_sha256: bundle
                 .ca()
                 .iter()
                 .map(|ca| tls_source::Digest::of(ca).to_string())
                 .collect(),
-        })
+        }
+    }
+
+    /// The DNS names and IP addresses, as text.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.dns_names
+            .iter()
+            .cloned()
+            .chain(self.ip_addresses.iter().map(ToString::to_string))
+            .collect()
     }
 }

@@ -42,11 +42,11 @@ mod generator;
 mod persist;
 mod source;
 
-/// The workspace's clock (from `tls-source`): renewal asks it for "now".
-pub use tls_source::clock::{Clock, SystemClock};
 pub use error::Error;
 pub use fit::Unfit;
 pub use generator::{
     Builder, DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, KeyAlgorithm, PemPair, Renewal, SelfSigned,
 };
 pub use source::{MAX_NAP, SelfSignedSource};
+/// The workspace's clock (from `tls-source`): renewal asks it for "now".
+pub use tls_source::clock::{Clock, SystemClock};

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 use tls_selfsigned::SelfSigned;
-use tls_source::clock::SteppedClock;
 use tls_source::CertBundle;
+use tls_source::clock::SteppedClock;
 
 fn builder(dir: &Path, names: &[&str]) -> tls_selfsigned::Builder {
     names

@@ -175,7 +175,6 @@ impl CertBundle {
     pub fn digest(&self) -> Digest {
         self.digest
     }
-
 }
 
 /// SHA-256 over the chain, key and CA (DER, each tagged and length-prefixed).

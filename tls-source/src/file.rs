@@ -453,7 +453,10 @@ impl Running {
                         cert = %self.config.cert.display(),
                         "cannot watch the certificate directories; polling only, retrying the watch"
                     );
-                    (Backoff::new(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX), Instant::now())
+                    (
+                        Backoff::new(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX),
+                        Instant::now(),
+                    )
                 });
                 *at = Instant::now() + backoff.next().unwrap_or(WATCH_RETRY_MAX);
             }

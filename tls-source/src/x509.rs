@@ -149,9 +149,9 @@ impl LeafInfo {
             san.eq_ignore_ascii_case(name)
                 || san.strip_prefix("*.").is_some_and(|suffix| {
                     !name.starts_with("*.")
-                        && name
-                            .split_once('.')
-                            .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix))
+                        && name.split_once('.').is_some_and(|(label, rest)| {
+                            !label.is_empty() && rest.eq_ignore_ascii_case(suffix)
+                        })
                 })
         })
     }

@@ -1,0 +1,559 @@
+//! The reload task: one driver for every route, fed by every source.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::stream::{BoxStream, SelectAll};
+use futures::{FutureExt as _, StreamExt as _};
+use tls_source::clock::Validity;
+use tls_source::{
+    BoxCertSource, BoxKeyedCertSource, CertBundle, CertSourceExt as _, Digest, Keyed, KeyedUpdate,
+};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::{DelayQueue, delay_queue};
+
+use crate::error::Rfc3339;
+use crate::status::{Ended, RouteStatus};
+use crate::tls::{RouteName, Shared, Slot, Table};
+use crate::{Error, Status, Validated, Validator};
+
+/// The most items taken from the sources in one go before the latest wins.
+const MAX_BATCH: usize = 64;
+
+/// A route's place in [`Driver::routes`].
+type RouteId = usize;
+
+/// What a route serves, and what it is checked against.
+#[derive(Debug)]
+enum Kind {
+    /// The certificate served when no SNI route matches.
+    Default,
+    /// A route with a name of its own: the leaf must cover it.
+    Named(RouteName),
+    /// A route of a keyed source, served by the DNS names of its certificate (its key is the
+    /// label).
+    Keyed,
+}
+
+/// One item from one source.
+enum Input {
+    Route(RouteId, Result<CertBundle, tls_source::Error>),
+    Keyed(usize, Result<Keyed, tls_source::Error>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// A not-yet-valid bundle is tried again.
+    Retry,
+    /// The served certificate enters the expiry-warning window.
+    Expiring,
+    /// The served certificate expires.
+    Expired,
+}
+
+struct Route {
+    kind: Kind,
+    /// Where the route is shown in the status (`None`: the top-level fields).
+    label: Option<String>,
+    slot: Arc<Slot>,
+    /// The digest and names of the certificate installed.
+    installed: Option<(Digest, Vec<RouteName>)>,
+    status: RouteStatus,
+    retry: Option<(delay_queue::Key, CertBundle)>,
+    expiring: Option<delay_queue::Key>,
+    expired: Option<delay_queue::Key>,
+}
+
+/// The sources, each item tagged with where it goes.
+pub(crate) struct Inputs(SelectAll<BoxStream<'static, Input>>);
+
+/// Owns every route's state; runs inside the reload task.
+pub(crate) struct Driver {
+    validator: Validator,
+    shared: Arc<Shared>,
+    status: watch::Sender<Status>,
+    routes: Vec<Option<Route>>,
+    /// Keyed routes by (source, key).
+    keyed: BTreeMap<(usize, String), RouteId>,
+    /// How many routes are static (the default and the named ones), all at the front.
+    statics: usize,
+    timers: DelayQueue<(RouteId, Timer)>,
+    table_dirty: bool,
+}
+
+/// What the builder hands the driver.
+pub(crate) struct Plan {
+    pub(crate) default: Option<BoxCertSource>,
+    pub(crate) named: Vec<(RouteName, BoxCertSource)>,
+    pub(crate) keyed: Vec<BoxKeyedCertSource>,
+}
+
+// ===== impl Driver =====
+
+impl Driver {
+    pub(crate) fn new(
+        validator: Validator,
+        shared: Arc<Shared>,
+        status: watch::Sender<Status>,
+        plan: Plan,
+    ) -> (Self, Inputs) {
+        let mut inputs = SelectAll::new();
+        let mut routes = Vec::new();
+        let mut add =
+            |kind: Kind, label: Option<String>, slot: Arc<Slot>, source: BoxCertSource| {
+                let id = routes.len();
+                let names = match &kind {
+                    Kind::Named(name) => vec![name.to_string()],
+                    _ => Vec::new(),
+                };
+                routes.push(Some(Route {
+                    kind,
+                    label,
+                    slot,
+                    installed: None,
+                    status: RouteStatus {
+                        names,
+                        ..RouteStatus::default()
+                    },
+                    retry: None,
+                    expiring: None,
+                    expired: None,
+                }));
+                // Unchanged material is skipped once, here, for every route.
+                inputs.push(
+                    source
+                        .dedup()
+                        .map(move |item| Input::Route(id, item))
+                        .boxed(),
+                );
+            };
+        if let Some(source) = plan.default {
+            add(Kind::Default, None, Arc::clone(&shared.default), source);
+        }
+        for (name, source) in plan.named {
+            add(
+                Kind::Named(name.clone()),
+                Some(name.to_string()),
+                Arc::default(),
+                source,
+            );
+        }
+        for (index, source) in plan.keyed.into_iter().enumerate() {
+            inputs.push(source.map(move |item| Input::Keyed(index, item)).boxed());
+        }
+        let statics = routes.len();
+        let mut driver = Self {
+            validator,
+            shared,
+            status,
+            routes,
+            keyed: BTreeMap::new(),
+            statics,
+            timers: DelayQueue::new(),
+            table_dirty: true,
+        };
+        driver.status.send_modify(|s| {
+            for route in driver.routes.iter().flatten() {
+                if let Some(label) = &route.label {
+                    s.routes.insert(label.clone(), route.status.clone());
+                }
+            }
+        });
+        driver.finish_batch();
+        (driver, Inputs(inputs))
+    }
+
+    /// Runs until cancelled, every handle is gone, or every source has ended.
+    pub(crate) async fn run(
+        mut self,
+        mut inputs: Inputs,
+        cancel: CancellationToken,
+        gone: CancellationToken,
+    ) -> Ended {
+        let ended = loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => break Ended::Cancelled,
+                () = gone.cancelled() => break Ended::HandlesDropped,
+                Some(expired) = self.timers.next(), if !self.timers.is_empty() => {
+                    let (id, timer) = expired.into_inner();
+                    self.on_timer(id, timer);
+                    self.finish_batch();
+                }
+                item = inputs.0.next() => {
+                    let Some(first) = item else { break Ended::SourcesEnded };
+                    let mut batch = vec![first];
+                    let mut ended = false;
+                    while batch.len() < MAX_BATCH {
+                        match inputs.0.next().now_or_never() {
+                            Some(Some(item)) => batch.push(item),
+                            Some(None) => {
+                                ended = true;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    self.handle(batch);
+                    self.finish_batch();
+                    if ended {
+                        break Ended::SourcesEnded;
+                    }
+                }
+            }
+        };
+        // The sources go first, so that "ended" means "dropped its sources".
+        drop(inputs);
+        ended
+    }
+
+    /// Handles a batch in order; of several bundles for one route only the last is considered
+    /// (latest wins), and anything newer for a route cancels its pending retry.
+    fn handle(&mut self, batch: Vec<Input>) {
+        let target = |input: &Input| match input {
+            Input::Route(id, _) => Some((usize::MAX, id.to_string())),
+            Input::Keyed(source, Ok(keyed)) => Some((*source, keyed.key.clone())),
+            Input::Keyed(_, Err(_)) => None,
+        };
+        let mut last = HashMap::new();
+        for (i, input) in batch.iter().enumerate() {
+            if let Some(t) = target(input) {
+                last.insert(t, i);
+            }
+        }
+        for (i, input) in batch.into_iter().enumerate() {
+            let superseded = target(&input).is_some_and(|t| last.get(&t) != Some(&i));
+            match input {
+                Input::Route(id, Ok(bundle)) => self.put(id, bundle, superseded),
+                Input::Route(id, Err(err)) => self.source_error(id, err),
+                Input::Keyed(source, Ok(Keyed { key, update })) => match update {
+                    KeyedUpdate::Put(bundle) => {
+                        let id = self.keyed_route(source, key);
+                        self.put(id, bundle, superseded);
+                    }
+                    KeyedUpdate::Invalid(err) => {
+                        let id = self.keyed_route(source, key);
+                        self.source_error(id, err);
+                    }
+                    KeyedUpdate::Remove => self.remove_keyed(source, &key),
+                    _ => {}
+                },
+                Input::Keyed(source, Err(err)) => {
+                    tracing::warn!(error = %err, "certificate source error; keeping the current certificates");
+                    let err = Arc::new(Error::Source(err));
+                    let ids: Vec<_> = self
+                        .keyed
+                        .range((source, String::new())..(source + 1, String::new()))
+                        .map(|(_, id)| *id)
+                        .collect();
+                    for id in ids {
+                        self.record(id, Arc::clone(&err));
+                    }
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, id: RouteId, bundle: CertBundle, superseded: bool) {
+        self.cancel_timer(id, Timer::Retry);
+        if superseded {
+            tracing::debug!(origin = %bundle.origin(), "certificate superseded by a newer one before it was checked");
+        } else {
+            self.consider(id, bundle);
+        }
+    }
+
+    fn source_error(&mut self, id: RouteId, err: tls_source::Error) {
+        self.cancel_timer(id, Timer::Retry);
+        let route = self.route_label(id);
+        tracing::warn!(error = %err, route, "certificate source error; keeping the current certificate");
+        self.record(id, Arc::new(Error::Source(err)));
+    }
+
+    /// The keyed route for `key`, made on first sight.
+    fn keyed_route(&mut self, source: usize, key: String) -> RouteId {
+        if let Some(id) = self.keyed.get(&(source, key.clone())) {
+            return *id;
+        }
+        let id = self.routes.len();
+        self.routes.push(Some(Route {
+            label: Some(key.clone()),
+            kind: Kind::Keyed,
+            slot: Arc::default(),
+            installed: None,
+            status: RouteStatus::default(),
+            retry: None,
+            expiring: None,
+            expired: None,
+        }));
+        self.keyed.insert((source, key), id);
+        id
+    }
+
+    fn remove_keyed(&mut self, source: usize, key: &str) {
+        let Some(id) = self.keyed.remove(&(source, key.to_owned())) else {
+            return;
+        };
+        for timer in [Timer::Retry, Timer::Expiring, Timer::Expired] {
+            self.cancel_timer(id, timer);
+        }
+        if let Some(route) = self.routes[id].take() {
+            tracing::info!(route = key, "route removed");
+            if route.installed.is_some() {
+                self.table_dirty = true;
+            }
+            self.status.send_modify(|s| {
+                s.routes.remove(key);
+            });
+        }
+    }
+
+    /// Validates a bundle for its route and installs it, or records why not.
+    fn consider(&mut self, id: RouteId, bundle: CertBundle) {
+        let Some(route) = self.routes[id].as_mut() else {
+            return;
+        };
+        if route.installed.as_ref().map(|(d, _)| *d) == Some(bundle.digest()) {
+            // The same material again, e.g. after a transient error: a recovery, not a rotation.
+            if !route.status.expired && route.status.last_error.take().is_some() {
+                tracing::info!(origin = %bundle.origin(), route = route.label.as_deref(), "certificate source recovered; certificate unchanged");
+                self.publish(id);
+            }
+            return;
+        }
+        let validated = match &route.kind {
+            Kind::Default => self.validator.validate(&bundle),
+            Kind::Named(name) => self.validator.validate_for(&bundle, &name.to_string()),
+            Kind::Keyed => self.validator.validate(&bundle).and_then(|v| {
+                if v.info().dns_names.is_empty() {
+                    Err(Error::NoNames {
+                        origin: bundle.origin().clone(),
+                    })
+                } else {
+                    Ok(v)
+                }
+            }),
+        };
+        match validated {
+            Ok(validated) => self.install(id, &validated),
+            Err(err) => {
+                tracing::warn!(error = %err, route = route.label.as_deref(), "certificate rejected; keeping the current certificate");
+                if let Error::NotYetValid { not_before, .. } = &err {
+                    let wait = self.until(*not_before);
+                    let key = self.timers.insert((id, Timer::Retry), wait);
+                    if let Some(route) = self.routes[id].as_mut() {
+                        route.retry = Some((key, bundle));
+                    }
+                }
+                self.record(id, Arc::new(err));
+            }
+        }
+    }
+
+    fn install(&mut self, id: RouteId, validated: &Validated) {
+        for timer in [Timer::Expiring, Timer::Expired] {
+            self.cancel_timer(id, timer);
+        }
+        let window = self.validator.policy().expiry_warning_window();
+        let info = validated.info().clone();
+        let now = self.validator.clock().now();
+        let until_expiring = info
+            .not_after
+            .checked_sub(window)
+            .and_then(|at| at.duration_since(now).ok());
+        let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
+        let expiring_key =
+            until_expiring.map(|wait| self.timers.insert((id, Timer::Expiring), wait));
+        let expired_key = (!expired).then(|| {
+            let wait = self.until(info.not_after) + Duration::from_millis(1);
+            self.timers.insert((id, Timer::Expired), wait)
+        });
+        let Some(route) = self.routes[id].as_mut() else {
+            return;
+        };
+        let names = match &route.kind {
+            Kind::Keyed => info
+                .dns_names
+                .iter()
+                .filter_map(|n| RouteName::parse(n).ok())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if matches!(route.kind, Kind::Keyed)
+            && route.installed.as_ref().map(|(_, n)| n) != Some(&names)
+        {
+            self.table_dirty = true;
+        }
+        route
+            .slot
+            .store(Some(Arc::clone(validated.certified_key())));
+        route.installed = Some((validated.digest(), names));
+        route.expiring = expiring_key;
+        route.expired = expired_key;
+        let status = &mut route.status;
+        status.generation += 1;
+        status.last_error = None;
+        status.expiring = until_expiring.is_none();
+        status.expired = expired;
+        if matches!(route.kind, Kind::Keyed) {
+            status.names.clone_from(&info.dns_names);
+        }
+        tracing::info!(
+            fingerprint = %info.fingerprint_sha256,
+            not_after = %Rfc3339(info.not_after),
+            origin = %info.origin,
+            route = route.label.as_deref(),
+            generation = status.generation,
+            "certificate installed"
+        );
+        if status.expiring {
+            tracing::warn!(
+                fingerprint = %info.fingerprint_sha256,
+                not_after = %Rfc3339(info.not_after),
+                origin = %info.origin,
+                route = route.label.as_deref(),
+                "installed certificate expires soon"
+            );
+        }
+        status.current = Some(info);
+        self.publish(id);
+    }
+
+    fn on_timer(&mut self, id: RouteId, timer: Timer) {
+        let Some(route) = self.routes[id].as_mut() else {
+            return;
+        };
+        match timer {
+            Timer::Retry => {
+                if let Some((_, bundle)) = route.retry.take() {
+                    self.consider(id, bundle);
+                }
+            }
+            Timer::Expiring => {
+                route.expiring = None;
+                route.status.expiring = true;
+                if let Some(info) = &route.status.current {
+                    tracing::warn!(
+                        fingerprint = %info.fingerprint_sha256,
+                        not_after = %Rfc3339(info.not_after),
+                        origin = %info.origin,
+                        route = route.label.as_deref(),
+                        "the served certificate expires soon and has not been replaced"
+                    );
+                }
+                self.publish(id);
+            }
+            Timer::Expired => {
+                route.expired = None;
+                let Some(info) = route.status.current.clone() else {
+                    return;
+                };
+                let now = self.validator.clock().now();
+                if Validity::at(now, info.not_before, info.not_after) != Validity::Expired {
+                    // The timer ran ahead of the wall clock: look again shortly.
+                    let wait = self.until(info.not_after) + Duration::from_millis(1);
+                    let key = self
+                        .timers
+                        .insert((id, Timer::Expired), wait.max(Duration::from_millis(10)));
+                    if let Some(route) = self.routes[id].as_mut() {
+                        route.expired = Some(key);
+                    }
+                    return;
+                }
+                let err = Error::ServedExpired {
+                    origin: info.origin.clone(),
+                    not_after: info.not_after,
+                };
+                tracing::warn!(error = %err, route = route.label.as_deref(), "the served certificate has expired");
+                route.status.expired = true;
+                route.status.expiring = true;
+                route.status.last_error = Some(Arc::new(err));
+                self.publish(id);
+            }
+        }
+    }
+
+    /// How long until `at` on the validator's clock (zero if past).
+    fn until(&self, at: SystemTime) -> Duration {
+        at.duration_since(self.validator.clock().now())
+            .unwrap_or_default()
+    }
+
+    fn cancel_timer(&mut self, id: RouteId, timer: Timer) {
+        let Some(route) = self.routes[id].as_mut() else {
+            return;
+        };
+        let key = match timer {
+            Timer::Retry => route.retry.take().map(|(key, _)| key),
+            Timer::Expiring => route.expiring.take(),
+            Timer::Expired => route.expired.take(),
+        };
+        if let Some(key) = key {
+            self.timers.try_remove(&key);
+        }
+    }
+
+    fn record(&mut self, id: RouteId, err: Arc<Error>) {
+        if let Some(route) = self.routes[id].as_mut() {
+            route.status.last_error = Some(err);
+            self.publish(id);
+        }
+    }
+
+    fn route_label(&self, id: RouteId) -> Option<&str> {
+        self.routes[id].as_ref().and_then(|r| r.label.as_deref())
+    }
+
+    /// Copies a route's status into the published one.
+    fn publish(&self, id: RouteId) {
+        let Some(route) = self.routes[id].as_ref() else {
+            return;
+        };
+        self.status.send_modify(|s| match &route.label {
+            None => s.set_default(&route.status),
+            Some(label) => match s.routes.get_mut(label) {
+                Some(published) => published.clone_from(&route.status),
+                None => {
+                    s.routes.insert(label.clone(), route.status.clone());
+                }
+            },
+        });
+    }
+
+    /// After a batch: rebuilds the SNI table if its names changed, and updates readiness.
+    fn finish_batch(&mut self) {
+        if self.table_dirty {
+            self.table_dirty = false;
+            let mut table = Table::default();
+            for route in self.routes[..self.statics].iter().flatten() {
+                if let Kind::Named(name) = &route.kind {
+                    table.insert(name, &route.slot);
+                }
+            }
+            for id in self.keyed.values() {
+                let Some(route) = self.routes[*id].as_ref() else {
+                    continue;
+                };
+                for name in route.installed.iter().flat_map(|(_, names)| names) {
+                    if !table.insert(name, &route.slot) {
+                        tracing::debug!(route = route.label.as_deref(), %name, "name already served by another route");
+                    }
+                }
+            }
+            self.shared.table.store(Arc::new(table));
+        }
+        let statics = &self.routes[..self.statics];
+        let ready = if statics.is_empty() {
+            self.routes.iter().flatten().any(|r| r.installed.is_some())
+        } else {
+            statics.iter().flatten().all(|r| r.installed.is_some())
+        };
+        self.status.send_if_modified(|s| {
+            let changed = s.ready != ready;
+            s.ready = ready;
+            changed
+        });
+    }
+}

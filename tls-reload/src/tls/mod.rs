@@ -1,0 +1,147 @@
+//! Everything that touches rustls's API lives in this module, so that a rustls upgrade (0.24
+//! renames `ResolvesServerCert`) changes these files only.
+
+mod resolver;
+mod sni;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use rustls::RootCertStore;
+use rustls::client::danger::ServerCertVerifier as _;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
+use tls_source::CertBundle;
+
+pub use resolver::CertResolver;
+pub(crate) use resolver::Shared;
+pub(crate) use sni::{RouteName, Slot, Table};
+
+use crate::{Error, Purpose};
+
+/// Loads the bundle's key with `provider` and checks that it matches the leaf.
+pub(crate) fn certify(
+    bundle: &CertBundle,
+    provider: &CryptoProvider,
+) -> Result<Arc<CertifiedKey>, Error> {
+    let key = provider
+        .key_provider
+        .load_private_key(bundle.key().clone_key())
+        .map_err(|source| Error::Key {
+            origin: bundle.origin().clone(),
+            source: Box::new(source),
+        })?;
+    let certified = CertifiedKey::new(bundle.chain().to_vec(), key);
+    match certified.keys_match() {
+        Ok(()) => {}
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+            tracing::warn!(
+                origin = %bundle.origin(),
+                "the crypto provider cannot tell whether this key matches its certificate; installing it unchecked"
+            );
+        }
+        Err(rustls::Error::InconsistentKeys(_)) => {
+            return Err(Error::KeyMismatch {
+                origin: bundle.origin().clone(),
+            });
+        }
+        Err(other) => {
+            return Err(Error::Parse {
+                origin: bundle.origin().clone(),
+                reason: other.to_string(),
+            });
+        }
+    }
+    Ok(Arc::new(certified))
+}
+
+/// Verifies the bundle's chain against `roots` for `purpose` at `now`, with webpki (rustls's
+/// own verifiers, so the result is what a rustls peer would decide).
+pub(crate) fn verify_chain(
+    bundle: &CertBundle,
+    roots: &[CertificateDer<'static>],
+    purpose: Purpose,
+    now: SystemTime,
+    provider: &Arc<CryptoProvider>,
+) -> Result<(), Error> {
+    let untrusted = |reason: String| Error::Untrusted {
+        origin: bundle.origin().clone(),
+        reason,
+    };
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store
+            .add(root.clone())
+            .map_err(|e| untrusted(format!("a root cannot be used: {e}")))?;
+    }
+    let store = Arc::new(store);
+    let (leaf, intermediates) = bundle
+        .chain()
+        .split_first()
+        .ok_or_else(|| untrusted("no certificate".into()))?;
+    let now = UnixTime::since_unix_epoch(
+        now.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default(),
+    );
+    match purpose {
+        Purpose::ClientAuth => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                store,
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| untrusted(e.to_string()))?;
+            verifier
+                .verify_client_cert(leaf, intermediates, now)
+                .map(drop)
+                .map_err(|e| untrusted(e.to_string()))
+        }
+        Purpose::ServerAuth | Purpose::Any => {
+            // The name is checked by the policy; the verifier needs one, so it gets the leaf's own.
+            let info =
+                tls_source::x509::LeafInfo::parse(leaf).map_err(|e| untrusted(e.to_string()))?;
+            let name = info
+                .dns_names
+                .first()
+                .and_then(|n| ServerName::try_from(n.replace('*', "wildcard")).ok())
+                .or_else(|| info.ip_addresses.first().map(|ip| ServerName::from(*ip)))
+                .ok_or_else(|| untrusted("the leaf has no DNS name or IP address".into()))?;
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                store,
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| untrusted(e.to_string()))?;
+            verifier
+                .verify_server_cert(leaf, intermediates, &name, &[], now)
+                .map(drop)
+                .map_err(|e| untrusted(e.to_string()))
+        }
+    }
+}
+
+/// A `ServerConfig` on `provider`'s safe defaults, without client authentication, serving from
+/// `resolver`.
+pub(crate) fn server_config(
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<CertResolver>,
+) -> Result<rustls::ServerConfig, rustls::Error> {
+    Ok(rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver))
+}
+
+/// The process-default crypto provider, or the one enabled by this crate's feature.
+pub(crate) fn default_provider() -> Option<Arc<CryptoProvider>> {
+    if let Some(provider) = CryptoProvider::get_default() {
+        return Some(Arc::clone(provider));
+    }
+    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
+    return Some(Arc::new(rustls::crypto::ring::default_provider()));
+    #[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
+    return Some(Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    #[allow(unreachable_code)]
+    None
+}

@@ -1,0 +1,151 @@
+//! The SNI table: server names to certificate slots, looked up without allocating.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use rustls::sign::CertifiedKey;
+
+use crate::Error;
+
+/// One route's certificate: stored by the reload task, loaded on every handshake.
+pub(crate) type Slot = ArcSwapOption<CertifiedKey>;
+
+/// The longest DNS name (RFC 1035): lookups of longer names find nothing.
+const MAX_NAME: usize = 253;
+
+/// A route's name: an exact DNS name or a one-label wildcard, lower-case, without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum RouteName {
+    /// `api.example.com`.
+    Exact(String),
+    /// `*.example.com`, kept as `example.com`.
+    Wildcard(String),
+}
+
+impl RouteName {
+    /// Parses `api.example.com` or `*.example.com`.
+    pub(crate) fn parse(name: &str) -> Result<Self, Error> {
+        let invalid = |reason| Error::InvalidRouteName {
+            name: name.to_owned(),
+            reason,
+        };
+        let lower = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        let (wildcard, rest) = match lower.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_owned()),
+            None => (false, lower),
+        };
+        if rest.is_empty() || rest.len() > MAX_NAME {
+            return Err(invalid("a DNS name is 1 to 253 characters"));
+        }
+        for label in rest.split('.') {
+            if label.is_empty() || label.len() > 63 {
+                return Err(invalid("every label is 1 to 63 characters"));
+            }
+            if !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(invalid(
+                    "letters, digits, '-' and '_' only; a wildcard is a whole first label (*.example.com)",
+                ));
+            }
+        }
+        if wildcard && !rest.contains('.') {
+            return Err(invalid(
+                "a wildcard needs at least two labels after it (*.example.com)",
+            ));
+        }
+        Ok(if wildcard {
+            Self::Wildcard(rest)
+        } else {
+            Self::Exact(rest)
+        })
+    }
+}
+
+impl std::fmt::Display for RouteName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exact(name) => f.write_str(name),
+            Self::Wildcard(suffix) => write!(f, "*.{suffix}"),
+        }
+    }
+}
+
+/// Exact names and wildcard suffixes to slots. Rebuilt by the reload task when the set of
+/// names changes; a rotation of an existing route only stores into its slot.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    exact: HashMap<Box<str>, Arc<Slot>>,
+    wildcard: HashMap<Box<str>, Arc<Slot>>,
+}
+
+impl Table {
+    /// Adds `name` → `slot` unless the name is taken (the first route to claim a name keeps it).
+    /// Returns whether it was added.
+    pub(crate) fn insert(&mut self, name: &RouteName, slot: &Arc<Slot>) -> bool {
+        let (map, key) = match name {
+            RouteName::Exact(name) => (&mut self.exact, name),
+            RouteName::Wildcard(suffix) => (&mut self.wildcard, suffix),
+        };
+        if map.contains_key(key.as_str()) {
+            return false;
+        }
+        map.insert(key.as_str().into(), Arc::clone(slot));
+        true
+    }
+
+    /// The certificate for `server_name`: an exact route, else a wildcard covering its first
+    /// label, else `None`. Case-insensitive, a trailing dot ignored, no allocation.
+    #[inline]
+    pub(crate) fn lookup(&self, server_name: &str) -> Option<Arc<CertifiedKey>> {
+        let name = server_name.strip_suffix('.').unwrap_or(server_name);
+        if name.bytes().any(|b| b.is_ascii_uppercase()) {
+            // rustls lower-cases SNI already; other callers may not.
+            let mut buf = [0u8; MAX_NAME];
+            let buf = buf.get_mut(..name.len())?;
+            buf.copy_from_slice(name.as_bytes());
+            buf.make_ascii_lowercase();
+            return self.lookup_lower(std::str::from_utf8(buf).ok()?);
+        }
+        self.lookup_lower(name)
+    }
+
+    fn lookup_lower(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        if let Some(found) = self.exact.get(name).and_then(|slot| slot.load_full()) {
+            return Some(found);
+        }
+        let (label, parent) = name.split_once('.')?;
+        if label.is_empty() || self.wildcard.is_empty() {
+            return None;
+        }
+        self.wildcard.get(parent).and_then(|slot| slot.load_full())
+    }
+
+    /// How many names the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.exact.len() + self.wildcard.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_names_are_normalised_and_checked() {
+        assert_eq!(
+            RouteName::parse("API.Example.com.").unwrap(),
+            RouteName::Exact("api.example.com".into())
+        );
+        assert_eq!(
+            RouteName::parse("*.example.com").unwrap().to_string(),
+            "*.example.com"
+        );
+        for bad in ["", "*.com", "a.*.example.com", "exa mple.com", "a..b", "*"] {
+            let err = RouteName::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
+    }
+}
