@@ -42,6 +42,23 @@ impl TestCa {
     /// # Panics
     /// If rcgen fails, which it does not for these parameters.
     pub fn new(name: &str) -> Self {
+        let (params, key) = Self::ca_params(name);
+        let cert = params.self_signed(&key).expect("self-sign CA");
+        Self { params, key, cert }
+    }
+
+    /// An intermediate CA with the given common name, signed by this CA.
+    ///
+    /// # Panics
+    /// If rcgen fails, which it does not for these parameters.
+    pub fn intermediate(&self, name: &str) -> Self {
+        let (params, key) = Self::ca_params(name);
+        let issuer = Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer).expect("sign intermediate");
+        Self { params, key, cert }
+    }
+
+    fn ca_params(name: &str) -> (CertificateParams, KeyPair) {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, name);
@@ -52,8 +69,7 @@ impl TestCa {
         params.not_before = (now - Duration::from_secs(3600)).into();
         params.not_after = (now + Duration::from_secs(365 * 86400)).into();
         let key = KeyPair::generate().expect("generate CA key");
-        let cert = params.self_signed(&key).expect("self-sign CA");
-        Self { params, key, cert }
+        (params, key)
     }
 
     /// The CA certificate, DER.

@@ -140,3 +140,40 @@ pub fn installed(status: &Status) -> Option<&str> {
         .as_ref()
         .map(|c| c.fingerprint_sha256.as_str())
 }
+
+/// A bundle of `cert`'s chain and key, as a source would yield it.
+pub fn bundle(cert: &TestCert) -> tls_source::CertBundle {
+    tls_source::Decoder::new()
+        .bundle(
+            ("tls.crt", cert.chain_pem.as_bytes()),
+            ("tls.key", cert.key_pem.as_bytes()),
+            None,
+            tls_source::Origin::Other(format!("test bundle {}", &cert.fingerprint[..8])),
+        )
+        .expect("a valid test bundle")
+}
+
+/// A kubelet-style directory `parent/name` holding `cert`, and a notify-driven source on it.
+pub fn kube_source(parent: &std::path::Path, name: &str, cert: &TestCert) -> (KubeDir, FileSource) {
+    let kube = KubeDir::new(parent.join(name)).expect("kube dir");
+    write_kube(&kube, cert);
+    let source = source(&kube, Mode::Notify);
+    (kube, source)
+}
+
+/// The fingerprint a handshake for `server_name` is served, or the handshake's error.
+pub async fn served_for(addr: std::net::SocketAddr, server_name: &str) -> Result<String, String> {
+    tls_test::probe(addr, server_name)
+        .await
+        .map(|served| served.fingerprint)
+        .map_err(|e| e.to_string())
+}
+
+/// The fingerprint a route's status says is installed.
+pub fn route_installed<'a>(status: &'a Status, route: &str) -> Option<&'a str> {
+    status
+        .routes
+        .get(route)
+        .and_then(|r| r.current.as_ref())
+        .map(|c| c.fingerprint_sha256.as_str())
+}

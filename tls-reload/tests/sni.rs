@@ -1,0 +1,208 @@
+//! SNI: several certificates on one listener, each from its own source, chosen by server name,
+//! rotating and failing independently; real handshakes against a real resolver.
+
+mod common;
+
+use common::{kube_source, route_installed, served_for, write_kube};
+use tls_reload::Reloader;
+use tls_test::{PATIENCE, TestCa, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_name_is_served_its_route_and_routes_rotate_and_fail_alone() {
+    let ca = TestCa::new("sni");
+    let dir = tempfile::tempdir().unwrap();
+    let (api, www, wild, default) = (
+        ca.leaf(&["api.example.com"]),
+        ca.leaf(&["www.example.com"]),
+        ca.leaf(&["*.example.com"]),
+        ca.leaf(&["localhost"]),
+    );
+    let (api_dir, api_source) = kube_source(dir.path(), "api", &api);
+    let (www_dir, www_source) = kube_source(dir.path(), "www", &www);
+    let (_wild_dir, wild_source) = kube_source(dir.path(), "wild", &wild);
+    let (_default_dir, default_source) = kube_source(dir.path(), "default", &default);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .route("api.example.com", api_source)
+        .route("WWW.example.com", www_source)
+        .route("*.example.com", wild_source)
+        .spawn(default_source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    let addr = server.addr();
+
+    let expect = [
+        ("api.example.com", &api),
+        ("API.EXAMPLE.COM", &api),
+        ("www.example.com", &www),
+        ("a.example.com", &wild),
+        ("a.b.example.com", &default),
+        ("example.com", &default),
+        ("unknown.test", &default),
+        ("127.0.0.1", &default), // an IP address: no SNI at all
+    ];
+    for (name, cert) in expect {
+        assert_eq!(
+            served_for(addr, name).await.unwrap(),
+            cert.fingerprint,
+            "{name}"
+        );
+    }
+    let status = reloader.status().borrow().clone();
+    assert_eq!(
+        status.routes.keys().collect::<Vec<_>>(),
+        ["*.example.com", "api.example.com", "www.example.com"]
+    );
+    assert_eq!(status.routes["www.example.com"].names, ["www.example.com"]);
+
+    // Rotating one route changes only that route.
+    let api2 = ca.leaf(&["api.example.com"]);
+    write_kube(&api_dir, &api2);
+    let status = tls_test::wait_for(reloader.status(), "api rotated", |s| {
+        route_installed(s, "api.example.com") == Some(api2.fingerprint.as_str())
+    })
+    .await;
+    assert_eq!(
+        served_for(addr, "api.example.com").await.unwrap(),
+        api2.fingerprint
+    );
+    assert_eq!(
+        served_for(addr, "www.example.com").await.unwrap(),
+        www.fingerprint
+    );
+    assert_eq!(
+        served_for(addr, "a.example.com").await.unwrap(),
+        wild.fingerprint
+    );
+    assert_eq!(status.routes["api.example.com"].generation, 2);
+    assert_eq!(status.routes["www.example.com"].generation, 1);
+    assert_eq!(status.generation, 1, "the default route did not change");
+
+    // A bad update to one route is reported for that route only; it keeps serving.
+    www_dir
+        .write(&[
+            ("tls.crt", b"garbage".as_slice()),
+            ("tls.key", www.key_pem.as_bytes()),
+        ])
+        .unwrap();
+    let status = tls_test::wait_for(reloader.status(), "the www error", |s| {
+        s.routes["www.example.com"].last_error.is_some()
+    })
+    .await;
+    let err = status.routes["www.example.com"]
+        .last_error
+        .as_ref()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("www/tls.crt"), "{err}");
+    assert!(
+        status.last_error.is_none(),
+        "the default route is not touched"
+    );
+    for route in ["api.example.com", "*.example.com"] {
+        assert!(
+            status.routes[route].last_error.is_none(),
+            "{route} is not touched"
+        );
+    }
+    assert_eq!(
+        served_for(addr, "www.example.com").await.unwrap(),
+        www.fingerprint
+    );
+
+    // And it recovers by itself.
+    let www2 = ca.leaf(&["www.example.com"]);
+    write_kube(&www_dir, &www2);
+    tls_test::wait_for(reloader.status(), "www recovered", |s| {
+        route_installed(s, "www.example.com") == Some(www2.fingerprint.as_str())
+            && s.routes["www.example.com"].last_error.is_none()
+    })
+    .await;
+    assert_eq!(
+        served_for(addr, "www.example.com").await.unwrap(),
+        www2.fingerprint
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_refuses_unknown_and_missing_names() {
+    let ca = TestCa::new("strict");
+    let dir = tempfile::tempdir().unwrap();
+    let (api, default) = (ca.leaf(&["api.example.com"]), ca.leaf(&["localhost"]));
+    let (_a, api_source) = kube_source(dir.path(), "api", &api);
+    let (_d, default_source) = kube_source(dir.path(), "default", &default);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .route("api.example.com", api_source)
+        .sni_strict(true)
+        .spawn(default_source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    assert_eq!(
+        served_for(server.addr(), "api.example.com").await.unwrap(),
+        api.fingerprint
+    );
+    for name in ["unknown.test", "127.0.0.1"] {
+        assert!(
+            served_for(server.addr(), name).await.is_err(),
+            "{name} is refused in strict mode"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_whose_certificate_does_not_cover_its_name_is_refused_naming_both() {
+    let ca = TestCa::new("cover");
+    let dir = tempfile::tempdir().unwrap();
+    let (wrong, default) = (ca.leaf(&["api.example.com"]), ca.leaf(&["localhost"]));
+    let (_w, wrong_source) = kube_source(dir.path(), "www", &wrong);
+    let (_d, default_source) = kube_source(dir.path(), "default", &default);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .route("www.example.com", wrong_source)
+        .spawn(default_source)
+        .unwrap();
+    let status = tls_test::wait_for(reloader.status(), "the route's error", |s| {
+        s.routes["www.example.com"].last_error.is_some()
+    })
+    .await;
+    let err = status.routes["www.example.com"]
+        .last_error
+        .as_ref()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("does not cover www.example.com (it is for api.example.com)"),
+        "{err}"
+    );
+    assert!(status.routes["www.example.com"].current.is_none());
+    assert!(!status.ready, "a route without a certificate is not ready");
+
+    // The server still answers the other names, with the default.
+    let server = TestServer::start(reloader.resolver()).await;
+    assert_eq!(
+        served_for(server.addr(), "www.example.com").await.unwrap(),
+        default.fingerprint
+    );
+}
+
+#[tokio::test]
+async fn a_route_name_that_is_not_a_dns_name_is_refused_at_spawn() {
+    let err = Reloader::builder()
+        .crypto_provider(common::provider())
+        .route("a.*.example.com", futures::stream::pending())
+        .spawn_routes()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid SNI route name \"a.*.example.com\""),
+        "{err}"
+    );
+    let err = Reloader::builder()
+        .crypto_provider(common::provider())
+        .spawn_routes()
+        .unwrap_err();
+    assert!(err.to_string().contains("no certificate source"), "{err}");
+}

@@ -1,0 +1,275 @@
+//! What the validator refuses and what the status says about time: chains that clients reject,
+//! a replaced not-yet-valid pair that must never come back, a served certificate expiring.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::{Harness, Mode, write_kube};
+use tls_reload::{Policy, Purpose, Reloader, Roots, Validator};
+use tls_test::{PATIENCE, TestCa, TestServer};
+
+fn write_pem(h: &Harness, chain: &str, key: &str) {
+    h.kube
+        .write(&[("tls.crt", chain.as_bytes()), ("tls.key", key.as_bytes())])
+        .unwrap();
+}
+
+/// Writes a bad chain, waits for an error containing `expected`, and checks the old one serves.
+async fn refused(h: &Harness, chain: &str, key: &str, expected: &str) {
+    let generation = h.status().generation;
+    let before = h.served().await;
+    write_pem(h, chain, key);
+    let status = h
+        .wait_for(expected, |s| {
+            s.last_error
+                .as_ref()
+                .is_some_and(|e| e.to_string().contains(expected))
+        })
+        .await;
+    assert_eq!(status.generation, generation, "nothing was installed");
+    assert_eq!(
+        h.served().await,
+        before,
+        "the last good certificate keeps serving"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chains_that_clients_refuse_are_refused_saying_why() {
+    let root = TestCa::new("root");
+    let intermediate = root.intermediate("intermediate");
+    let good = intermediate.leaf(&["localhost"]);
+    let h = Harness::kube(&good, Mode::Notify).await;
+
+    // 400 certificates: far over the count limit (and over the 100 KiB OpenSSL accepts).
+    let leaf = intermediate.leaf(&["localhost"]);
+    let long = format!("{}{}", leaf.cert_pem, intermediate.cert_pem().repeat(399));
+    refused(
+        &h,
+        &long,
+        &leaf.key_pem,
+        "the chain holds 400 certificates, more than the limit of 10 (Policy::max_chain_len)",
+    )
+    .await;
+
+    // In the wrong order: the root before the intermediate that issued the leaf.
+    let wrong = format!(
+        "{}{}{}",
+        leaf.cert_pem,
+        root.cert_pem(),
+        intermediate.cert_pem()
+    );
+    refused(
+        &h,
+        &wrong,
+        &leaf.key_pem,
+        "the chain is out of order: certificate 0 (CN=localhost, issued by CN=intermediate) is followed by CN=root",
+    )
+    .await;
+
+    // The right order is accepted.
+    let right = format!(
+        "{}{}{}",
+        leaf.cert_pem,
+        intermediate.cert_pem(),
+        root.cert_pem()
+    );
+    write_pem(&h, &right, &leaf.key_pem);
+    h.expect_served(&leaf).await;
+    assert!(h.status().last_error.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_over_the_byte_limit_is_refused_naming_the_limit() {
+    let ca = TestCa::new("bytes");
+    let good = ca.leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (kube, source) = common::kube_source(dir.path(), "tls", &good);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .policy(Policy::default().max_chain_len(1000).max_chain_bytes(4096))
+        .spawn(source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let leaf = ca.leaf(&["localhost"]);
+    let big = format!("{}{}", leaf.cert_pem, ca.cert_pem().repeat(20));
+    kube.write(&[
+        ("tls.crt", big.as_bytes()),
+        ("tls.key", leaf.key_pem.as_bytes()),
+    ])
+    .unwrap();
+    let status = tls_test::wait_for(reloader.status(), "the size error", |s| {
+        s.last_error.is_some()
+    })
+    .await;
+    let err = status.last_error.as_ref().unwrap().to_string();
+    assert!(
+        err.contains("more than the limit of 4096 bytes (Policy::max_chain_bytes"),
+        "{err}"
+    );
+    assert_eq!(common::installed(&status), Some(good.fingerprint.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_yet_valid_pair_replaced_by_garbage_never_comes_back() {
+    let ca = TestCa::new("resurrection");
+    let good = ca.leaf(&["localhost"]);
+    let h = Harness::kube(&good, Mode::Notify).await;
+
+    let now = SystemTime::now();
+    let future = ca.leaf_valid(
+        &["localhost"],
+        now + Duration::from_secs(2),
+        now + Duration::from_secs(86400),
+    );
+    write_kube(&h.kube, &future);
+    h.wait_for("rejected as not yet valid", |s| {
+        s.last_error
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("not valid before"))
+    })
+    .await;
+
+    write_pem(&h, "garbage", "garbage");
+    h.wait_for("the garbage reported", |s| {
+        s.last_error
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("tls.crt"))
+    })
+    .await;
+
+    // Past the moment the replaced pair would have become valid.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let status = h.status();
+    assert_eq!(common::installed(&status), Some(good.fingerprint.as_str()));
+    assert_eq!(
+        status.generation, 1,
+        "the replaced pair was never installed"
+    );
+    assert!(
+        status
+            .last_error
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("tls.crt")),
+        "the garbage on disk is still what the status reports: {:?}",
+        status.last_error
+    );
+    assert_eq!(h.served().await, good.fingerprint);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_yet_valid_pair_left_alone_is_installed_when_it_becomes_valid() {
+    let ca = TestCa::new("retry");
+    let good = ca.leaf(&["localhost"]);
+    let h = Harness::kube(&good, Mode::Notify).await;
+    let now = SystemTime::now();
+    let future = ca.leaf_valid(
+        &["localhost"],
+        now + Duration::from_secs(2),
+        now + Duration::from_secs(86400),
+    );
+    write_kube(&h.kube, &future);
+    h.expect_served(&future).await;
+    assert!(h.status().last_error.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_certificate_expiring_is_visible_in_the_status() {
+    let ca = TestCa::new("expiry");
+    let now = SystemTime::now();
+    let short = ca.leaf_valid(
+        &["localhost"],
+        now - Duration::from_secs(3600),
+        now + Duration::from_secs(4),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (kube, source) = common::kube_source(dir.path(), "tls", &short);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .policy(Policy::default().expiry_warning(Duration::from_secs(2)))
+        .spawn(source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let status = reloader.status().borrow().clone();
+    assert!(!status.expiring && !status.expired, "{status:?}");
+    assert!(status.last_error.is_none());
+
+    let status = tls_test::wait_for(reloader.status(), "expiring", |s| s.expiring).await;
+    assert!(!status.expired);
+    let status = tls_test::wait_for(reloader.status(), "expired", |s| s.expired).await;
+    let err = status
+        .last_error
+        .as_ref()
+        .expect("an expired certificate is an error")
+        .to_string();
+    assert!(err.contains("the served certificate expired at"), "{err}");
+    // Still served: there is nothing better.
+    let server = TestServer::start(reloader.resolver()).await;
+    assert_eq!(tls_test::served(server.addr()).await, short.fingerprint);
+
+    // A valid replacement clears it.
+    let fresh = ca.leaf(&["localhost"]);
+    write_kube(&kube, &fresh);
+    let status = tls_test::wait_for(reloader.status(), "replaced", |s| {
+        common::installed(s) == Some(fresh.fingerprint.as_str())
+    })
+    .await;
+    assert!(
+        !status.expired && !status.expiring && status.last_error.is_none(),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn the_validator_checks_purpose_and_roots_on_its_own() {
+    let ca = TestCa::new("validator");
+    let other = TestCa::new("other");
+    let leaf = ca.leaf(&["api.example.com"]);
+    let bundle = common::bundle(&leaf);
+    let provider = common::provider();
+
+    let client = Validator::new(
+        provider.clone(),
+        Policy::default().purpose(Purpose::ClientAuth),
+    );
+    let err = client.validate(&bundle).unwrap_err().to_string();
+    assert!(
+        err.contains("extended key usage does not allow TLS client authentication"),
+        "{err}"
+    );
+
+    let trusting = |ca: &TestCa| {
+        Validator::new(
+            provider.clone(),
+            Policy::default().verify_against(Roots::Given(Arc::from(vec![ca.cert_der()]))),
+        )
+    };
+    let validated = trusting(&ca).validate(&bundle).unwrap();
+    assert_eq!(validated.info().dns_names, ["api.example.com"]);
+    assert_eq!(validated.digest(), bundle.digest());
+    let err = trusting(&other).validate(&bundle).unwrap_err().to_string();
+    assert!(
+        err.contains("does not verify against the trusted roots"),
+        "{err}"
+    );
+
+    let bundle_ca = Validator::new(
+        provider.clone(),
+        Policy::default().verify_against(Roots::BundleCa),
+    );
+    let err = bundle_ca.validate(&bundle).unwrap_err().to_string();
+    assert!(err.contains("no CA certificates (ca.crt)"), "{err}");
+    let with_ca = bundle.clone().with_ca(vec![ca.cert_der()]);
+    assert_eq!(bundle_ca.validate(&with_ca).unwrap().ca().len(), 1);
+
+    let err = Validator::new(provider, Policy::default().require_name("www.example.com"))
+        .validate(&bundle)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("does not cover www.example.com (it is for api.example.com)"),
+        "{err}"
+    );
+}
