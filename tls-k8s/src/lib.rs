@@ -53,8 +53,10 @@
 //! (`fieldSelector=metadata.name=web-tls`), which is what the source sends.
 
 mod secret;
+mod secrets;
 
 pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
+pub use secrets::{SecretsSource, SecretsSourceBuilder};
 
 /// What went wrong with the Secret; carried inside a
 /// [`tls_source::Error::Source`] naming `secret namespace/name`. Every variant is a report: the
@@ -86,6 +88,16 @@ pub enum Error {
         /// What the API server said.
         message: String,
     },
+    /// The API refused a list or watch of Secrets by label selector.
+    #[error(
+        "forbidden: the service account needs list and watch on secrets in namespace {namespace} (a Role without resourceNames; see the tls-k8s docs): {message}"
+    )]
+    ForbiddenList {
+        /// The namespace.
+        namespace: String,
+        /// What the API server said.
+        message: String,
+    },
     /// Any other API or watch failure (retried with backoff).
     #[error("watching the Secret failed: {0}")]
     Watch(#[source] kube::runtime::watcher::Error),
@@ -93,21 +105,36 @@ pub enum Error {
 
 impl Error {
     fn from_watcher(err: kube::runtime::watcher::Error, namespace: &str, name: &str) -> Self {
-        use kube::runtime::watcher::Error as W;
-        let status = match &err {
-            W::InitialListFailed(kube::Error::Api(status))
-            | W::WatchStartFailed(kube::Error::Api(status))
-            | W::WatchFailed(kube::Error::Api(status)) => Some(status.as_ref()),
-            W::WatchError(status) => Some(status.as_ref()),
-            _ => None,
-        };
-        match status {
-            Some(status) if status.code == 403 => Self::Forbidden {
+        match forbidden(&err) {
+            Some(message) => Self::Forbidden {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
-                message: status.message.clone(),
+                message,
             },
-            _ => Self::Watch(err),
+            None => Self::Watch(err),
         }
     }
+
+    fn from_selector_watcher(err: kube::runtime::watcher::Error, namespace: &str) -> Self {
+        match forbidden(&err) {
+            Some(message) => Self::ForbiddenList {
+                namespace: namespace.to_owned(),
+                message,
+            },
+            None => Self::Watch(err),
+        }
+    }
+}
+
+/// The API server's message when `err` is a 403.
+fn forbidden(err: &kube::runtime::watcher::Error) -> Option<String> {
+    use kube::runtime::watcher::Error as W;
+    let status = match err {
+        W::InitialListFailed(kube::Error::Api(status))
+        | W::WatchStartFailed(kube::Error::Api(status))
+        | W::WatchFailed(kube::Error::Api(status)) => Some(status.as_ref()),
+        W::WatchError(status) => Some(status.as_ref()),
+        _ => None,
+    };
+    status.filter(|s| s.code == 403).map(|s| s.message.clone())
 }

@@ -75,11 +75,22 @@ pub struct SecretSourceBuilder {
     decoder: Decoder,
 }
 
+/// The data keys of a TLS Secret.
 #[derive(Debug, Clone)]
-struct Keys {
-    cert: String,
-    key: String,
-    ca: String,
+pub(crate) struct Keys {
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    pub(crate) ca: String,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Self {
+            cert: TLS_CRT.to_owned(),
+            key: TLS_KEY.to_owned(),
+            ca: CA_CRT.to_owned(),
+        }
+    }
 }
 
 impl fmt::Debug for SecretSourceBuilder {
@@ -155,11 +166,7 @@ impl SecretSource {
             client,
             namespace: namespace.into(),
             name: name.into(),
-            keys: Keys {
-                cert: TLS_CRT.to_owned(),
-                key: TLS_KEY.to_owned(),
-                ca: CA_CRT.to_owned(),
-            },
+            keys: Keys::default(),
             decoder: Decoder::new(),
         }
     }
@@ -198,7 +205,7 @@ struct State {
     missing_reported: bool,
 }
 
-type Item = Result<CertBundle, tls_source::Error>;
+pub(crate) type Item = Result<CertBundle, tls_source::Error>;
 
 impl State {
     fn origin(&self) -> String {
@@ -247,65 +254,71 @@ impl State {
     }
 
     fn secret(&mut self, secret: &Secret) -> Option<Item> {
-        let data = secret.data.clone().unwrap_or_default();
-        let empty = BTreeMap::new();
-        let string_data = secret.string_data.as_ref().unwrap_or(&empty);
-        let get = |key: &str| -> Option<Vec<u8>> {
-            data.get(key)
-                .map(|ByteString(bytes)| bytes.clone())
-                .or_else(|| string_data.get(key).map(|s| s.clone().into_bytes()))
-        };
-        let cert = get(&self.keys.cert);
-        let key = get(&self.keys.key);
-        let ca = get(&self.keys.ca);
-        let mut material = Vec::new();
-        for part in [&cert, &key, &ca] {
-            let bytes = part.as_deref().unwrap_or_default();
-            material.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-            material.extend_from_slice(&[u8::from(part.is_some())]);
-            material.extend_from_slice(bytes);
-        }
-        let digest = Digest::of(&material);
+        let (digest, item) = read(secret, &self.keys, &self.decoder);
         if self.last == Some(digest) {
             return None; // a metadata-only change
         }
-        let (Some(cert), Some(key)) = (cert, key) else {
-            let missing = [
-                (
-                    &self.keys.cert,
-                    secret_has(&data, string_data, &self.keys.cert),
-                ),
-                (
-                    &self.keys.key,
-                    secret_has(&data, string_data, &self.keys.key),
-                ),
-            ]
-            .into_iter()
-            .filter(|(_, present)| !present)
-            .map(|(k, _)| k.clone())
-            .collect();
-            let item = self.report(Error::MissingKeys { keys: missing });
-            self.last = Some(digest);
-            return item;
-        };
-        let input = |key: &str| format!("{}/{} key {key}", self.namespace, self.name);
-        let origin = Origin::Secret {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            resource_version: secret.metadata.resource_version.clone(),
-        };
-        let decoded = self.decoder.bundle(
-            (&input(&self.keys.cert), &cert),
-            (&input(&self.keys.key), &key),
-            ca.as_deref()
-                .map(|ca| (input(&self.keys.ca), ca))
-                .as_ref()
-                .map(|(n, b)| (n.as_str(), *b)),
-            origin,
-        );
         self.last = Some(digest);
-        Some(decoded)
+        Some(item)
     }
+}
+
+/// The certificate material of a TLS Secret: a digest of the raw data (to skip metadata-only
+/// changes before decoding) and the bundle, or why there is none (missing keys, bad data),
+/// naming the Secret.
+pub(crate) fn read(secret: &Secret, keys: &Keys, decoder: &Decoder) -> (Digest, Item) {
+    let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    let data = secret.data.clone().unwrap_or_default();
+    let empty = BTreeMap::new();
+    let string_data = secret.string_data.as_ref().unwrap_or(&empty);
+    let get = |key: &str| -> Option<Vec<u8>> {
+        data.get(key)
+            .map(|ByteString(bytes)| bytes.clone())
+            .or_else(|| string_data.get(key).map(|s| s.clone().into_bytes()))
+    };
+    let cert = get(&keys.cert);
+    let key = get(&keys.key);
+    let ca = get(&keys.ca);
+    let mut material = Vec::new();
+    for part in [&cert, &key, &ca] {
+        let bytes = part.as_deref().unwrap_or_default();
+        material.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        material.extend_from_slice(&[u8::from(part.is_some())]);
+        material.extend_from_slice(bytes);
+    }
+    let digest = Digest::of(&material);
+    let (Some(cert), Some(key)) = (cert, key) else {
+        let missing = [&keys.cert, &keys.key]
+            .into_iter()
+            .filter(|k| !secret_has(&data, string_data, k))
+            .cloned()
+            .collect();
+        let err = Error::MissingKeys { keys: missing };
+        return (
+            digest,
+            Err(tls_source::Error::source(
+                format!("secret {namespace}/{name}"),
+                err,
+            )),
+        );
+    };
+    let input = |key: &str| format!("{namespace}/{name} key {key}");
+    let origin = Origin::Secret {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        resource_version: secret.metadata.resource_version.clone(),
+    };
+    let decoded = decoder.bundle(
+        (&input(&keys.cert), &cert),
+        (&input(&keys.key), &key),
+        ca.as_deref()
+            .map(|ca| (input(&keys.ca), ca))
+            .as_ref()
+            .map(|(n, b)| (n.as_str(), *b)),
+        origin,
+    );
+    (digest, decoded)
 }
 
 fn secret_has(

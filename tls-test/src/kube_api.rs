@@ -51,6 +51,8 @@ struct Shared {
     close: watch::Sender<u64>,
     faults: Mutex<Faults>,
     requests: AtomicU64,
+    /// Every request as `METHOD path?query`, in order.
+    log: Mutex<Vec<String>>,
     gone: AtomicU64,
 }
 
@@ -78,6 +80,9 @@ struct Stored {
     rv: u64,
     kind: &'static str,
     object: Value,
+    /// The object before a `MODIFIED` write: a watch with a selector needs both to tell whether
+    /// the object entered or left its selection.
+    previous: Option<Value>,
     resource: String,
 }
 
@@ -111,6 +116,7 @@ impl KubeApi {
             close: watch::channel(0).0,
             faults: Mutex::new(Faults::default()),
             requests: AtomicU64::new(0),
+            log: Mutex::new(Vec::new()),
             gone: AtomicU64::new(0),
         });
         let mut server = JoinSet::new();
@@ -130,6 +136,16 @@ impl KubeApi {
     /// How many requests the server has answered (faults included).
     pub fn requests(&self) -> u64 {
         self.shared.requests.load(Ordering::Relaxed)
+    }
+
+    /// Every request answered so far, as `METHOD path?query` (e.g.
+    /// `GET /api/v1/namespaces/web/secrets?labelSelector=app%3Dweb&watch=true&...`).
+    pub fn request_log(&self) -> Vec<String> {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// How many watches were answered 410 Gone (their resourceVersion was too old).
@@ -179,6 +195,27 @@ impl KubeApi {
             .expect("object exists");
         object["metadata"]["labels"][label] = Value::String(value.to_owned());
         self.shared.write(&key, object, false).expect("set label")
+    }
+
+    /// Removes a label from an object. Returns the new resourceVersion.
+    ///
+    /// # Panics
+    /// If the object does not exist.
+    pub fn remove_label(&self, resource: &str, namespace: &str, name: &str, label: &str) -> u64 {
+        let key = key(resource, namespace, name);
+        let mut object = self
+            .shared
+            .lock()
+            .objects
+            .get(&key)
+            .cloned()
+            .expect("object exists");
+        if let Some(labels) = object["metadata"]["labels"].as_object_mut() {
+            labels.remove(label);
+        }
+        self.shared
+            .write(&key, object, false)
+            .expect("remove label")
     }
 
     /// Deletes an object. Returns whether it existed.
@@ -335,6 +372,7 @@ impl Shared {
             rv,
             kind: if created { "ADDED" } else { "MODIFIED" },
             object,
+            previous: existing.cloned(),
             resource: key.0.clone(),
         };
         state.history.push_back(stored.clone());
@@ -352,6 +390,7 @@ impl Shared {
             rv,
             kind: "DELETED",
             object: object.clone(),
+            previous: None,
             resource: key.0.clone(),
         };
         state.history.push_back(stored.clone());
@@ -490,6 +529,15 @@ fn ok(code: StatusCode, body: &Value) -> Response {
 
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     shared.requests.fetch_add(1, Ordering::Relaxed);
+    shared
+        .log
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(format!(
+            "{} {}",
+            request.method(),
+            request.uri().path_and_query().map_or("", |p| p.as_str())
+        ));
     let (injected, delay) = {
         let mut faults = shared.faults();
         let injected = faults.next.pop_front().or(faults.all);
@@ -734,6 +782,21 @@ impl Filter {
         }
     }
 
+    /// What a watch with this filter sees of `event`, as the API server's watch cache does: an
+    /// object modified into the selection is `ADDED`, one modified out of it `DELETED`.
+    fn event_kind(&self, event: &Stored) -> Option<&'static str> {
+        let now = self.matches(&event.object);
+        let before = event.previous.as_ref().is_some_and(|p| self.matches(p));
+        match (event.kind, before, now) {
+            ("MODIFIED", true, true) => Some("MODIFIED"),
+            ("MODIFIED", false, true) => Some("ADDED"),
+            ("MODIFIED", true, false) => Some("DELETED"),
+            ("MODIFIED", false, false) => None,
+            (kind, _, true) => Some(kind),
+            _ => None,
+        }
+    }
+
     fn matches(&self, object: &Value) -> bool {
         let meta = &object["metadata"];
         if let Some(ns) = &self.namespace
@@ -830,7 +893,13 @@ fn watch_stream(
                 .objects
                 .iter()
                 .filter(|(k, _)| k.0 == resource)
-                .map(|(_, o)| ("ADDED", o.clone()))
+                .map(|(_, o)| Stored {
+                    rv: 0,
+                    kind: "ADDED",
+                    object: o.clone(),
+                    previous: None,
+                    resource: resource.clone(),
+                })
                 .collect();
             (added, state.rv, false)
         } else {
@@ -838,7 +907,7 @@ fn watch_stream(
                 .history
                 .iter()
                 .filter(|e| e.rv > from && e.resource == resource)
-                .map(|e| (e.kind, e.object.clone()))
+                .cloned()
                 .collect();
             (events, state.rv, false)
         }
@@ -856,11 +925,13 @@ fn watch_stream(
             return;
         }
         let mut last = from.max(if from == 0 { current } else { 0 });
-        for (kind, object) in replay {
-            if filter.matches(&object) && tx.send(event_line(kind, &object)).await.is_err() {
+        for event in replay {
+            if let Some(kind) = filter.event_kind(&event)
+                && tx.send(event_line(kind, &event.object)).await.is_err()
+            {
                 return;
             }
-            if let Some(rv) = object["metadata"]["resourceVersion"]
+            if let Some(rv) = event.object["metadata"]["resourceVersion"]
                 .as_str()
                 .and_then(|r| r.parse().ok())
             {
@@ -884,7 +955,9 @@ fn watch_stream(
                 event = live.recv() => match event {
                     Ok(event) if event.rv > last && event.resource == resource => {
                         last = event.rv;
-                        if filter.matches(&event.object) && tx.send(event_line(event.kind, &event.object)).await.is_err() {
+                        if let Some(kind) = filter.event_kind(&event)
+                            && tx.send(event_line(kind, &event.object)).await.is_err()
+                        {
                             return;
                         }
                     }

@@ -1,0 +1,259 @@
+//! [`SecretsSource`]: every TLS Secret matching a label selector, through one watch.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
+
+use crate::Error;
+use crate::secret::{Keys, read};
+
+/// The Secret type this source serves.
+const TLS_TYPE: &str = "kubernetes.io/tls";
+
+/// A [`KeyedCertSource`](tls_source::KeyedCertSource) of every `kubernetes.io/tls` Secret
+/// matching a label selector in one namespace, through **one** watch
+/// (`kube::runtime::watcher` with the selector), for SNI: give it to
+/// `tls_reload::Builder::routes` and each Secret is served for the DNS names in its certificate.
+///
+/// - The key of each update is the Secret's `namespace/name`.
+/// - A Secret that appears, or whose certificate data changes, is a
+///   [`Put`](KeyedUpdate::Put); metadata-only changes yield nothing.
+/// - A Secret deleted, or no longer matching the selector (a label removed), or no longer of type
+///   `kubernetes.io/tls`, is a [`Remove`](KeyedUpdate::Remove): its routes go.
+/// - A Secret with missing keys or malformed data is [`Invalid`](KeyedUpdate::Invalid), once per
+///   change: the reload core keeps its last good certificate.
+/// - Needs `list` and `watch` on Secrets in the namespace (a Role without `resourceNames`).
+///
+/// # Recovery
+/// Watch failures (a dropped watch, 410 Gone, 5xx, an API server restart, 403) are `Err` items
+/// naming the namespace and selector; kube's watcher retries with its default backoff and
+/// relists, and a relist removes the Secrets that went away meanwhile.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tls_k8s::SecretsSource;
+/// use tls_reload::Reloader;
+///
+/// let client = kube::Client::try_default().await?;
+/// let reloader = Reloader::builder()
+///     .routes(SecretsSource::builder(client, "web").selector("app=web").build())
+///     .spawn_routes()?;
+/// reloader.ready().await?; // at least one Secret served
+/// # Ok(()) }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct SecretsSource {
+    namespace: String,
+    selector: String,
+    inner: BoxStream<'static, Result<Keyed, tls_source::Error>>,
+}
+
+/// Configures a [`SecretsSource`]; made by [`SecretsSource::builder`].
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct SecretsSourceBuilder {
+    client: Client,
+    namespace: String,
+    selector: String,
+    keys: Keys,
+    decoder: Decoder,
+}
+
+impl fmt::Debug for SecretsSourceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretsSourceBuilder")
+            .field("namespace", &self.namespace)
+            .field("selector", &self.selector)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== impl SecretsSourceBuilder =====
+
+impl SecretsSourceBuilder {
+    /// The label selector, e.g. `app=web` or `app=web,tier!=canary` (default: every TLS Secret
+    /// in the namespace).
+    pub fn selector(mut self, selector: impl Into<String>) -> Self {
+        self.selector = selector.into();
+        self
+    }
+
+    /// The data keys of the certificate chain, the private key and the (optional) CA bundle.
+    /// Default: `tls.crt`, `tls.key`, `ca.crt`.
+    pub fn keys(
+        mut self,
+        cert: impl Into<String>,
+        key: impl Into<String>,
+        ca: impl Into<String>,
+    ) -> Self {
+        self.keys = Keys {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.into(),
+        };
+        self
+    }
+
+    /// The largest value accepted for each key, in bytes (default 1 MiB).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.decoder = self.decoder.max_size(bytes);
+        self
+    }
+
+    /// Builds the source. Nothing is requested until the stream is first polled.
+    pub fn build(self) -> SecretsSource {
+        let api: Api<Secret> = Api::namespaced(self.client, &self.namespace);
+        let mut config = watcher::Config::default();
+        if !self.selector.is_empty() {
+            config = config.labels(&self.selector);
+        }
+        let mut state = State {
+            namespace: self.namespace.clone(),
+            selector: self.selector.clone(),
+            keys: self.keys,
+            decoder: self.decoder,
+            known: HashMap::new(),
+            listed: HashSet::new(),
+        };
+        let inner = watcher::watcher(api, config)
+            .default_backoff()
+            .flat_map(move |event| futures::stream::iter(state.handle(event)))
+            .boxed();
+        SecretsSource {
+            namespace: self.namespace,
+            selector: self.selector,
+            inner,
+        }
+    }
+}
+
+// ===== impl SecretsSource =====
+
+impl SecretsSource {
+    /// Starts configuring a source for the TLS Secrets of `namespace`.
+    pub fn builder(client: Client, namespace: impl Into<String>) -> SecretsSourceBuilder {
+        SecretsSourceBuilder {
+            client,
+            namespace: namespace.into(),
+            selector: String::new(),
+            keys: Keys::default(),
+            decoder: Decoder::new(),
+        }
+    }
+}
+
+impl Stream for SecretsSource {
+    type Item = Result<Keyed, tls_source::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl fmt::Debug for SecretsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretsSource")
+            .field("namespace", &self.namespace)
+            .field("selector", &self.selector)
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== the event handling =====
+
+type Item = Result<Keyed, tls_source::Error>;
+
+struct State {
+    namespace: String,
+    selector: String,
+    keys: Keys,
+    decoder: Decoder,
+    /// Every Secret passed on, with the digest of the data last passed on for it.
+    known: HashMap<String, Digest>,
+    /// The Secrets seen in the current initial list.
+    listed: HashSet<String>,
+}
+
+impl State {
+    fn handle(&mut self, event: Result<Event<Secret>, watcher::Error>) -> Vec<Item> {
+        match event {
+            Ok(Event::Init) => {
+                self.listed.clear();
+                Vec::new()
+            }
+            Ok(Event::InitApply(secret)) => {
+                let key = key_of(&secret);
+                self.listed.insert(key.clone());
+                self.apply(key, &secret).into_iter().collect()
+            }
+            Ok(Event::Apply(secret)) => self.apply(key_of(&secret), &secret).into_iter().collect(),
+            Ok(Event::InitDone) => {
+                // Whatever the relist no longer holds went away while the watch was down.
+                let gone: Vec<String> = self
+                    .known
+                    .keys()
+                    .filter(|k| !self.listed.contains(*k))
+                    .cloned()
+                    .collect();
+                gone.into_iter()
+                    .filter_map(|key| self.remove(key))
+                    .collect()
+            }
+            Ok(Event::Delete(secret)) => self.remove(key_of(&secret)).into_iter().collect(),
+            Err(err) => {
+                tracing::debug!(namespace = %self.namespace, selector = %self.selector, error = %err, "watch error; retrying with backoff");
+                let err = Error::from_selector_watcher(err, &self.namespace);
+                let origin = if self.selector.is_empty() {
+                    format!("TLS secrets in {}", self.namespace)
+                } else {
+                    format!(
+                        "TLS secrets in {} matching {}",
+                        self.namespace, self.selector
+                    )
+                };
+                vec![Err(tls_source::Error::source(origin, err))]
+            }
+        }
+    }
+
+    fn apply(&mut self, key: String, secret: &Secret) -> Option<Item> {
+        if secret.type_.as_deref() != Some(TLS_TYPE) {
+            return self.remove(key);
+        }
+        let (digest, item) = read(secret, &self.keys, &self.decoder);
+        if self.known.insert(key.clone(), digest) == Some(digest) {
+            return None; // a metadata-only change
+        }
+        let update = match item {
+            Ok(bundle) => KeyedUpdate::Put(bundle),
+            Err(err) => KeyedUpdate::Invalid(err),
+        };
+        Some(Ok(Keyed { key, update }))
+    }
+
+    fn remove(&mut self, key: String) -> Option<Item> {
+        self.known.remove(&key)?;
+        Some(Ok(Keyed {
+            key,
+            update: KeyedUpdate::Remove,
+        }))
+    }
+}
+
+fn key_of(secret: &Secret) -> String {
+    format!(
+        "{}/{}",
+        secret.metadata.namespace.as_deref().unwrap_or_default(),
+        secret.metadata.name.as_deref().unwrap_or_default()
+    )
+}
