@@ -6,6 +6,8 @@
 //!                              [--name NAME]... [--self-signed-validity DURATION]
 //!                              [--self-signed-dir DIR] [--self-signed-ca]
 //!                              [--k8s-secret NAMESPACE/NAME]
+//!                              [--sni NAME=DIR]... [--sni-strict]
+//!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -17,7 +19,12 @@
 //! - `--k8s-secret NAMESPACE/NAME` watches a `kubernetes.io/tls` Secret through the API (the
 //!   ambient kubeconfig, or the in-cluster config): new data is served milliseconds after it is
 //!   written.
-//! - `GET /` answers the reloader's status as JSON.
+//! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
+//!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
+//!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
+//! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
+//!   matching the label selector, each for the DNS names in its certificate, through one watch.
+//! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
 //!   finish (up to 10 s), and exit 0.
 //!
@@ -51,7 +58,8 @@ const USAGE: &str = "\
 usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DIR]
              [--poll DURATION] [--no-notify]
              [--name NAME]... [--self-signed-validity DURATION] [--self-signed-dir DIR]
-             [--self-signed-ca]
+             [--self-signed-ca] [--k8s-secret NAMESPACE/NAME]
+             [--sni NAME=DIR]... [--sni-strict] [--k8s-secrets NAMESPACE [--selector SELECTOR]]
 
   --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
@@ -63,6 +71,16 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --k8s-secret NAMESPACE/NAME
                      watch this kubernetes.io/tls Secret through the API (kubeconfig or
                      in-cluster config; needs get, list, watch on it)
+
+SNI (the certificate chosen above is the default, for every other name):
+  --sni NAME=DIR     serve DIR/tls.crt + DIR/tls.key to handshakes for NAME (exact, or
+                     *.example.com for one label); repeatable
+  --sni-strict       refuse handshakes for names no route serves, instead of the default
+  --k8s-secrets NAMESPACE
+                     serve every kubernetes.io/tls Secret in NAMESPACE for the DNS names in
+                     its certificate (one watch; needs list, watch on secrets there)
+  --selector SELECTOR
+                     only the Secrets matching this label selector, e.g. app=web
 
 With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.
   --name NAME                     also for this DNS name or IP address (repeatable)
@@ -101,12 +119,21 @@ enum Certs {
     },
 }
 
+/// The SNI routes.
+#[derive(Debug, Default)]
+struct Sni {
+    routes: Vec<(String, PathBuf)>,
+    strict: bool,
+    secrets: Option<(String, String)>,
+}
+
 #[derive(Debug)]
 struct Args {
     listen: SocketAddr,
     certs: Certs,
     poll: Duration,
     notify: bool,
+    sni: Sni,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
@@ -117,6 +144,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let mut notify = true;
     let mut self_signed = SelfSignedArgs::default();
     let mut self_signed_flags = false;
+    let mut sni = Sni::default();
+    let mut selector = None;
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -167,9 +196,31 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 self_signed.ca = true;
                 self_signed_flags = true;
             }
+            "--sni" => {
+                let v = value()?;
+                let (name, dir) = v
+                    .split_once('=')
+                    .filter(|(name, dir)| !name.is_empty() && !dir.is_empty())
+                    .with_context(|| format!("--sni {v}: expected NAME=DIR"))?;
+                sni.routes.push((name.to_owned(), PathBuf::from(dir)));
+            }
+            "--sni-strict" => sni.strict = true,
+            "--k8s-secrets" => {
+                let v = value()?;
+                if v.is_empty() || v.contains('/') {
+                    bail!("--k8s-secrets {v}: expected a NAMESPACE");
+                }
+                sni.secrets = Some((v, String::new()));
+            }
+            "--selector" => selector = Some(value()?),
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown argument {other:?}"),
         }
+    }
+    match (&mut sni.secrets, selector) {
+        (Some((_, s)), Some(selector)) => *s = selector,
+        (None, Some(_)) => bail!("--selector goes with --k8s-secrets"),
+        _ => {}
     }
     let files = cert.is_some() || key.is_some() || ca.is_some() || dir.is_some();
     if let Some((namespace, name)) = secret {
@@ -181,6 +232,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             certs: Certs::Secret { namespace, name },
             poll,
             notify,
+            sni,
         }));
     }
     if files && self_signed_flags {
@@ -200,6 +252,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         certs,
         poll,
         notify,
+        sni,
     }))
 }
 
@@ -238,9 +291,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
 
     let (source, trigger) = source(&args).await?;
-    let reloader = Reloader::builder()
+    let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
-        .spawn(source)?;
+        .sni_strict(args.sni.strict);
+    for (name, dir) in &args.sni.routes {
+        let files = FileSource::kubernetes_dir(dir)
+            .poll_interval(args.poll)
+            .notify(args.notify)
+            .build();
+        builder = builder.route(name, files);
+    }
+    if let Some((namespace, selector)) = &args.sni.secrets {
+        let source = tls_k8s::SecretsSource::builder(kube_client().await?, namespace)
+            .selector(selector)
+            .build();
+        builder = builder.routes(source);
+    }
+    let reloader = builder.spawn(source)?;
 
     // Bind first, so a busy port fails at once; announce only once a certificate is installed.
     let listener = TcpListener::bind(args.listen)
@@ -303,13 +370,17 @@ async fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)>
         }
         Certs::Dir(dir) => files(FileSource::kubernetes_dir(dir)),
         Certs::Secret { namespace, name } => {
-            let client = kube::Client::try_default().await.context(
-                "no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)",
-            )?;
-            let source = tls_k8s::SecretSource::builder(client, namespace, name).build();
+            let source =
+                tls_k8s::SecretSource::builder(kube_client().await?, namespace, name).build();
             Ok((source.boxed(), None))
         }
     }
+}
+
+async fn kube_client() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")
 }
 
 /// SIGHUP re-reads the certificate files; SIGINT and SIGTERM cancel `shutdown`.
@@ -387,6 +458,24 @@ async fn serve(
 async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serde_json::Value> {
     let status = status.borrow().clone();
     let current = status.current.as_ref();
+    let routes: serde_json::Map<String, serde_json::Value> = status
+        .routes
+        .iter()
+        .map(|(name, route)| {
+            let current = route.current.as_ref();
+            let value = serde_json::json!({
+                "fingerprint_sha256": current.map(|c| &c.fingerprint_sha256),
+                "names": &route.names,
+                "generation": route.generation,
+                "not_after": current.map(|c| rfc3339(c.not_after)),
+                "origin": current.map(|c| c.origin.to_string()),
+                "expiring": route.expiring,
+                "expired": route.expired,
+                "last_error": route.last_error.as_ref().map(ToString::to_string),
+            });
+            (name.clone(), value)
+        })
+        .collect();
     Json(serde_json::json!({
         "fingerprint_sha256": current.map(|c| &c.fingerprint_sha256),
         "subject": current.map(|c| &c.subject),
@@ -398,7 +487,10 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serd
         "ca_fingerprints_sha256": current.map(|c| &c.ca_fingerprints_sha256),
         "loaded_at": current.map(|c| rfc3339(c.loaded_at)),
         "generation": status.generation,
+        "expiring": status.expiring,
+        "expired": status.expired,
         "last_error": status.last_error.as_ref().map(ToString::to_string),
+        "routes": routes,
     }))
 }
 

@@ -126,6 +126,30 @@ impl Serve {
     }
 }
 
+/// An ordinary kubeconfig in `dir` pointing at the emulator.
+fn kubeconfig(api: &tls_test::KubeApi, dir: &std::path::Path) -> PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n\
+             contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
+             current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    kubeconfig
+}
+
+/// The fingerprint a handshake for `name` is served, `None` if it fails.
+async fn served_for(addr: SocketAddr, name: &str) -> Option<String> {
+    tls_test::probe(addr, name)
+        .await
+        .ok()
+        .map(|s| s.fingerprint)
+}
+
 fn write(kube: &KubeDir, cert: &TestCert) {
     kube.write(&[
         ("tls.crt", cert.chain_pem.as_bytes()),
@@ -357,19 +381,8 @@ async fn follows_a_kubernetes_secret_through_the_api() {
         )
     };
     put(&a);
-    // An ordinary kubeconfig pointing at the emulator.
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n\
-             contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
-             current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n",
-            api.url()
-        ),
-    )
-    .unwrap();
+    let kubeconfig = kubeconfig(&api, dir.path());
     let serve = Serve::start_with_env(
         &["--k8s-secret", "default/web-tls"],
         &[("KUBECONFIG", kubeconfig.as_os_str())],
@@ -386,6 +399,124 @@ async fn follows_a_kubernetes_secret_through_the_api() {
     assert_eq!(
         status["origin"],
         format!("secret default/web-tls at resourceVersion {rv}")
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn sni_routes_from_directories_with_a_default_and_a_strict_mode() {
+    let ca = TestCa::new("serve sni");
+    let (api, wild) = (ca.leaf(&["api.example.com"]), ca.leaf(&["*.example.com"]));
+    let dir = tempfile::tempdir().unwrap();
+    let api_dir = KubeDir::new(dir.path().join("api")).unwrap();
+    let wild_dir = KubeDir::new(dir.path().join("wild")).unwrap();
+    write(&api_dir, &api);
+    write(&wild_dir, &wild);
+    let api_route = format!("api.example.com={}", api_dir.path().display());
+    let wild_route = format!("*.example.com={}", wild_dir.path().display());
+    let serve = Serve::start(&["--sni", &api_route, "--sni", &wild_route]).await;
+
+    assert_eq!(
+        served_for(serve.addr, "api.example.com").await,
+        Some(api.fingerprint.clone())
+    );
+    assert_eq!(
+        served_for(serve.addr, "www.example.com").await,
+        Some(wild.fingerprint.clone())
+    );
+    let status = serve.status().await; // for localhost: the self-signed default
+    assert_ne!(status["fingerprint_sha256"], api.fingerprint);
+    let route = &status["routes"]["api.example.com"];
+    assert_eq!(route["fingerprint_sha256"], api.fingerprint);
+    assert_eq!(route["generation"], 1);
+    assert!(
+        route["not_after"].as_str().unwrap().ends_with('Z'),
+        "{route}"
+    );
+    assert_eq!(route["last_error"], serde_json::Value::Null);
+    assert_eq!(
+        status["routes"]["*.example.com"]["fingerprint_sha256"],
+        wild.fingerprint
+    );
+
+    let api2 = ca.leaf(&["api.example.com"]);
+    write(&api_dir, &api2);
+    let status = serve
+        .wait_status("the api route rotated", |s| {
+            s["routes"]["api.example.com"]["fingerprint_sha256"] == api2.fingerprint
+        })
+        .await;
+    assert_eq!(status["routes"]["api.example.com"]["generation"], 2);
+    assert_eq!(status["routes"]["*.example.com"]["generation"], 1);
+    assert_eq!(
+        served_for(serve.addr, "api.example.com").await,
+        Some(api2.fingerprint.clone())
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+
+    let strict = Serve::start(&["--sni", &api_route, "--sni-strict"]).await;
+    assert_eq!(
+        served_for(strict.addr, "api.example.com").await,
+        Some(api2.fingerprint.clone())
+    );
+    assert_eq!(served_for(strict.addr, "unknown.example.org").await, None);
+    strict.signal("-TERM");
+    assert_eq!(strict.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn sni_routes_from_secrets_by_label_selector() {
+    let api = tls_test::KubeApi::start().await;
+    let ca = TestCa::new("serve secrets");
+    let (a, b) = (ca.leaf(&["a.example.com"]), ca.leaf(&["b.example.com"]));
+    for (name, cert) in [("web-a", &a), ("web-b", &b)] {
+        api.put_secret(
+            "default",
+            name,
+            &[
+                ("tls.crt", cert.chain_pem.as_bytes()),
+                ("tls.key", cert.key_pem.as_bytes()),
+            ],
+        );
+        api.set_label("secrets", "default", name, "app", "web");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(&api, dir.path());
+    let serve = Serve::start_with_env(
+        &["--k8s-secrets", "default", "--selector", "app=web"],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    )
+    .await;
+    let status = serve
+        .wait_status("both routes", |s| {
+            s["routes"]["default/web-a"]["fingerprint_sha256"] == a.fingerprint
+                && s["routes"]["default/web-b"]["fingerprint_sha256"] == b.fingerprint
+        })
+        .await;
+    assert_eq!(
+        status["routes"]["default/web-b"]["names"],
+        serde_json::json!(["b.example.com"])
+    );
+    assert_eq!(
+        served_for(serve.addr, "a.example.com").await,
+        Some(a.fingerprint.clone())
+    );
+    assert_eq!(
+        served_for(serve.addr, "b.example.com").await,
+        Some(b.fingerprint.clone())
+    );
+
+    api.remove_label("secrets", "default", "web-a", "app");
+    serve
+        .wait_status("web-a removed", |s| {
+            s["routes"].get("default/web-a").is_none()
+        })
+        .await;
+    assert_ne!(
+        served_for(serve.addr, "a.example.com").await,
+        Some(a.fingerprint.clone())
     );
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
