@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use futures::channel::mpsc;
 use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
@@ -116,5 +117,79 @@ impl Drop for Swapper {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// What a keyed source yields.
+pub type KeyedItem = Result<tls_source::Keyed, tls_source::Error>;
+
+/// SNI set-up: `exact` leaves for `host{i}.example.com` and `wildcard` leaves for
+/// `*.zone{j}.example.com`, as bundles (nothing sent yet).
+pub fn sni_bundles(exact: usize, wildcard: usize) -> Vec<(String, CertBundle)> {
+    let ca = tls_test::TestCa::new("sni bench");
+    let exact = (0..exact).map(|i| format!("host{i}.example.com"));
+    let wildcard = (0..wildcard).map(|j| format!("*.zone{j}.example.com"));
+    exact
+        .chain(wildcard)
+        .enumerate()
+        .map(|(i, name)| (format!("bench/route-{i}"), bundle(&ca.leaf(&[&name]))))
+        .collect()
+}
+
+/// A reloader with a default certificate and SNI routes fed by a keyed channel.
+#[derive(Debug)]
+pub struct FedRoutes {
+    /// The reloader.
+    pub reloader: Reloader,
+    /// Where to send keyed updates.
+    pub tx: mpsc::UnboundedSender<KeyedItem>,
+}
+
+impl FedRoutes {
+    /// Spawns on `runtime` with `default` as the default certificate, sends every route and
+    /// waits until all are installed and in the SNI table.
+    ///
+    /// # Panics
+    /// If the reloader cannot start or the routes do not arrive.
+    pub fn start(
+        runtime: &tokio::runtime::Runtime,
+        default: &TestCert,
+        routes: Vec<(String, CertBundle)>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded();
+        let (default_tx, default_rx) = mpsc::unbounded();
+        default_tx
+            .unbounded_send(Ok(bundle(default)))
+            .expect("open channel");
+        let n = routes.len();
+        for (key, bundle) in routes {
+            tx.unbounded_send(Ok(tls_source::Keyed {
+                key,
+                update: tls_source::KeyedUpdate::Put(bundle),
+            }))
+            .expect("open channel");
+        }
+        let reloader = runtime.block_on(async {
+            let reloader = Reloader::builder()
+                .crypto_provider(provider())
+                .routes(rx)
+                .spawn(default_rx.chain(futures::stream::pending()))
+                .expect("spawn");
+            let mut status = reloader.status();
+            status
+                .wait_for(|s| {
+                    s.ready && s.routes.values().filter(|r| r.current.is_some()).count() == n
+                })
+                .await
+                .expect("routes installed");
+            reloader
+        });
+        assert_eq!(
+            reloader.resolver().route_names(),
+            n,
+            "every name in the table"
+        );
+        std::mem::forget(default_tx); // keep the default source open
+        Self { reloader, tx }
     }
 }

@@ -51,6 +51,27 @@
 //!
 //! `resourceNames` restricts `list` and `watch` to requests that select that name
 //! (`fieldSelector=metadata.name=web-tls`), which is what the source sends.
+//!
+//! # Many hostnames
+//! [`SecretsSource`] watches every `kubernetes.io/tls` Secret in a namespace that matches a label
+//! selector, through one watch, and feeds them to a reloader as SNI routes: each Secret is served
+//! for the DNS names in its certificate.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use tls_k8s::SecretsSource;
+//! use tls_reload::Reloader;
+//! # let default = futures::stream::pending::<Result<tls_source::CertBundle, tls_source::Error>>();
+//!
+//! let client = kube::Client::try_default().await?;
+//! let reloader = Reloader::builder()
+//!     .routes(SecretsSource::builder(client, "web").selector("app=web").build())
+//!     .spawn(default)?; // the default certificate, for every other name
+//! # Ok(()) }
+//! ```
+//!
+//! It needs `list` and `watch` on Secrets in the namespace (a Role with
+//! `verbs: ["list", "watch"]` and no `resourceNames`, which cannot restrict a selector).
 
 mod secret;
 mod secrets;

@@ -81,6 +81,11 @@ pub(crate) struct Driver {
     statics: usize,
     timers: DelayQueue<(RouteId, Timer)>,
     table_dirty: bool,
+    /// Routes whose status changed in this batch, and labels of routes removed: published
+    /// together at the end of the batch, after the SNI table, so that a status never says a
+    /// certificate is in before the resolver serves it.
+    changed: Vec<RouteId>,
+    removed: Vec<String>,
 }
 
 /// What the builder hands the driver.
@@ -153,6 +158,8 @@ impl Driver {
             statics,
             timers: DelayQueue::new(),
             table_dirty: true,
+            changed: Vec::new(),
+            removed: Vec::new(),
         };
         driver.status.send_modify(|s| {
             for route in driver.routes.iter().flatten() {
@@ -304,9 +311,7 @@ impl Driver {
             if route.installed.is_some() {
                 self.table_dirty = true;
             }
-            self.status.send_modify(|s| {
-                s.routes.remove(key);
-            });
+            self.removed.push(key.to_owned());
         }
     }
 
@@ -506,20 +511,9 @@ impl Driver {
         self.routes[id].as_ref().and_then(|r| r.label.as_deref())
     }
 
-    /// Copies a route's status into the published one.
-    fn publish(&self, id: RouteId) {
-        let Some(route) = self.routes[id].as_ref() else {
-            return;
-        };
-        self.status.send_modify(|s| match &route.label {
-            None => s.set_default(&route.status),
-            Some(label) => match s.routes.get_mut(label) {
-                Some(published) => published.clone_from(&route.status),
-                None => {
-                    s.routes.insert(label.clone(), route.status.clone());
-                }
-            },
-        });
+    /// Marks a route's status for publishing at the end of the batch.
+    fn publish(&mut self, id: RouteId) {
+        self.changed.push(id);
     }
 
     /// After a batch: rebuilds the SNI table if its names changed, and updates readiness.
@@ -550,10 +544,32 @@ impl Driver {
         } else {
             statics.iter().flatten().all(|r| r.installed.is_some())
         };
+        let (mut changed, removed) = (
+            std::mem::take(&mut self.changed),
+            std::mem::take(&mut self.removed),
+        );
+        changed.sort_unstable();
+        changed.dedup();
+        let routes = &self.routes;
         self.status.send_if_modified(|s| {
-            let changed = s.ready != ready;
+            let mut modified = s.ready != ready || !removed.is_empty();
             s.ready = ready;
-            changed
+            for label in &removed {
+                s.routes.remove(label);
+            }
+            for route in changed.iter().filter_map(|id| routes[*id].as_ref()) {
+                modified = true;
+                match &route.label {
+                    None => s.set_default(&route.status),
+                    Some(label) => match s.routes.get_mut(label) {
+                        Some(published) => published.clone_from(&route.status),
+                        None => {
+                            s.routes.insert(label.clone(), route.status.clone());
+                        }
+                    },
+                }
+            }
+            modified
         });
     }
 }

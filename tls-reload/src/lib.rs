@@ -1,17 +1,25 @@
 //! Zero-downtime TLS certificate rotation for rustls servers.
 //!
-//! A [`Reloader`] drives a certificate source (files, a Kubernetes Secret, a self-signed
-//! generator: anything implementing [`tls_source::CertSource`]), validates each new bundle (the
-//! key matches the leaf, the leaf is within its validity), and swaps it atomically into a
-//! [`CertResolver`] that rustls asks on every handshake. A bad update is reported in the
-//! [`Status`] and logged while the last good certificate keeps serving; the next good one is
-//! picked up by itself.
+//! A [`Reloader`] drives certificate sources (files, a Kubernetes Secret, a self-signed
+//! generator: anything implementing [`tls_source::CertSource`]), validates each new bundle with a
+//! [`Validator`], and swaps it atomically into a [`CertResolver`] that rustls asks on every
+//! handshake. A bad update is reported in the [`Status`] and logged while the last good
+//! certificate keeps serving; the next good one is picked up by itself.
 //!
-//! - Wait-free, allocation-free reads: `resolve` is one atomic load (arc-swap).
-//! - [`Reloader::ready`]: accept connections only once a certificate is installed.
+//! - [`Validator`] + [`Policy`], usable on their own: the key matches the leaf, validity,
+//!   required names, purpose (EKU), chain order and size (clients refuse oversized chains), and
+//!   optionally verification against [`Roots`].
+//! - One certificate, or many by SNI: [`Builder::route`] (exact names and one-label wildcards)
+//!   and [`Builder::routes`] (a [`tls_source::KeyedCertSource`], e.g. Secrets by label selector),
+//!   a default for unknown names or [`Builder::sni_strict`]. One task serves every route.
+//! - Wait-free, allocation-free reads: `resolve` is one atomic load (arc-swap), plus a hash
+//!   lookup of the name with SNI routes.
+//! - [`Reloader::ready`]: accept connections only once every route has a certificate.
 //! - [`Reloader::status`]: a `watch` channel of [`Status`] (fingerprint, names, validity, origin,
-//!   generation, last error).
-//! - Stops with a `tokio_util` `CancellationToken`, the same one your accept loop watches.
+//!   generation, last error, expiring/expired; the same per SNI route).
+//! - An owned task: it stops with a `tokio_util` `CancellationToken` (the same one your accept
+//!   loop watches) or when every handle and resolver is gone, and [`Reloader::stopped`] says how
+//!   it [`Ended`], a panic included. [`Builder::build`] hands it to you to run.
 //! - Never forces a crypto provider: the process default, or the one you give.
 //!
 //! # Example: an axum server on rotating files
