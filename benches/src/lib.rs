@@ -136,6 +136,11 @@ pub fn sni_bundles(exact: usize, wildcard: usize) -> Vec<(String, CertBundle)> {
         .collect()
 }
 
+/// A bundle of a fresh leaf for `name`.
+pub fn sni_bundle(name: &str) -> CertBundle {
+    bundle(&tls_test::TestCa::new("sni bench").leaf(&[name]))
+}
+
 /// A reloader with a default certificate and SNI routes fed by a keyed channel.
 #[derive(Debug)]
 pub struct FedRoutes {

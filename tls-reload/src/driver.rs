@@ -158,16 +158,10 @@ impl Driver {
             statics,
             timers: DelayQueue::new(),
             table_dirty: true,
-            changed: Vec::new(),
+            // The static routes are in the status from the start.
+            changed: (0..statics).collect(),
             removed: Vec::new(),
         };
-        driver.status.send_modify(|s| {
-            for route in driver.routes.iter().flatten() {
-                if let Some(label) = &route.label {
-                    s.routes.insert(label.clone(), route.status.clone());
-                }
-            }
-        });
         driver.finish_batch();
         (driver, Inputs(inputs))
     }

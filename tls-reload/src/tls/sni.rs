@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
+use foldhash::fast::RandomState;
 use rustls::sign::CertifiedKey;
 
 use crate::Error;
@@ -75,10 +76,14 @@ impl std::fmt::Display for RouteName {
 
 /// Exact names and wildcard suffixes to slots. Rebuilt by the reload task when the set of
 /// names changes; a rotation of an existing route only stores into its slot.
+///
+/// Hashed with foldhash (seeded per process): SipHash would be a third of a lookup, and only the
+/// reload task inserts, from validated certificates, so lookups of untrusted names cannot be
+/// steered into collisions.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
-    exact: HashMap<Box<str>, Arc<Slot>>,
-    wildcard: HashMap<Box<str>, Arc<Slot>>,
+    exact: HashMap<Box<str>, Arc<Slot>, RandomState>,
+    wildcard: HashMap<Box<str>, Arc<Slot>, RandomState>,
 }
 
 impl Table {
@@ -101,15 +106,18 @@ impl Table {
     #[inline]
     pub(crate) fn lookup(&self, server_name: &str) -> Option<Arc<CertifiedKey>> {
         let name = server_name.strip_suffix('.').unwrap_or(server_name);
-        if name.bytes().any(|b| b.is_ascii_uppercase()) {
-            // rustls lower-cases SNI already; other callers may not.
-            let mut buf = [0u8; MAX_NAME];
-            let buf = buf.get_mut(..name.len())?;
-            buf.copy_from_slice(name.as_bytes());
-            buf.make_ascii_lowercase();
-            return self.lookup_lower(std::str::from_utf8(buf).ok()?);
+        if let Some(found) = self.lookup_lower(name) {
+            return Some(found);
         }
-        self.lookup_lower(name)
+        // rustls lower-cases SNI already, so a hit never pays for this; other callers may not.
+        if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        let mut buf = [0u8; MAX_NAME];
+        let buf = buf.get_mut(..name.len())?;
+        buf.copy_from_slice(name.as_bytes());
+        buf.make_ascii_lowercase();
+        self.lookup_lower(std::str::from_utf8(buf).ok()?)
     }
 
     fn lookup_lower(&self, name: &str) -> Option<Arc<CertifiedKey>> {
