@@ -77,9 +77,9 @@ impl std::fmt::Display for RouteName {
 /// Exact names and wildcard suffixes to slots. Rebuilt by the reload task when the set of
 /// names changes; a rotation of an existing route only stores into its slot.
 ///
-/// Hashed with foldhash (seeded per process): the standard `SipHash` would be a third of a lookup, and only the
-/// reload task inserts, from validated certificates, so lookups of untrusted names cannot be
-/// steered into collisions.
+/// Hashed with foldhash (seeded per process): the standard `SipHash` would be a third of a
+/// lookup, and only the reload task inserts, from validated certificates, so lookups of
+/// untrusted names cannot be steered into collisions.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     exact: HashMap<Box<str>, Arc<Slot>, RandomState>,
