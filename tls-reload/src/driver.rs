@@ -1,7 +1,7 @@
 //! The reload task: one driver for every route, fed by every source.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use futures::stream::{BoxStream, SelectAll};
@@ -16,7 +16,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::error::Rfc3339;
 use crate::status::{Ended, RouteStatus};
-use crate::tls::{RouteName, Shared, Slot, Table};
+use crate::tls::{CertResolver, RouteName, Slot, Table};
 use crate::{Error, Status, Validated, Validator};
 
 /// The most items taken from the sources in one go before the latest wins.
@@ -57,7 +57,9 @@ struct Route {
     kind: Kind,
     /// Where the route is shown in the status (`None`: the top-level fields).
     label: Option<String>,
-    slot: Arc<Slot>,
+    /// Where its certificate goes: its own slot in the SNI table, or (`None`) the resolver's
+    /// default.
+    slot: Option<Arc<Slot>>,
     /// The digest and names of the certificate installed.
     installed: Option<(Digest, Vec<RouteName>)>,
     status: RouteStatus,
@@ -72,7 +74,8 @@ pub(crate) struct Inputs(SelectAll<BoxStream<'static, Input>>);
 /// Owns every route's state; runs inside the reload task.
 pub(crate) struct Driver {
     validator: Validator,
-    shared: Arc<Shared>,
+    /// Weak: the task must not keep the resolver alive (it ends when the resolver is gone).
+    resolver: Weak<CertResolver>,
     status: watch::Sender<Status>,
     routes: Vec<Option<Route>>,
     /// Keyed routes by (source, key).
@@ -100,14 +103,14 @@ pub(crate) struct Plan {
 impl Driver {
     pub(crate) fn new(
         validator: Validator,
-        shared: Arc<Shared>,
+        resolver: Weak<CertResolver>,
         status: watch::Sender<Status>,
         plan: Plan,
     ) -> (Self, Inputs) {
         let mut inputs = SelectAll::new();
         let mut routes = Vec::new();
         let mut add =
-            |kind: Kind, label: Option<String>, slot: Arc<Slot>, source: BoxCertSource| {
+            |kind: Kind, label: Option<String>, slot: Option<Arc<Slot>>, source: BoxCertSource| {
                 let id = routes.len();
                 let names = match &kind {
                     Kind::Named(name) => vec![name.to_string()],
@@ -135,13 +138,13 @@ impl Driver {
                 );
             };
         if let Some(source) = plan.default {
-            add(Kind::Default, None, Arc::clone(&shared.default), source);
+            add(Kind::Default, None, None, source);
         }
         for (name, source) in plan.named {
             add(
                 Kind::Named(name.clone()),
                 Some(name.to_string()),
-                Arc::default(),
+                Some(Arc::default()),
                 source,
             );
         }
@@ -151,7 +154,7 @@ impl Driver {
         let statics = routes.len();
         let mut driver = Self {
             validator,
-            shared,
+            resolver,
             status,
             routes,
             keyed: BTreeMap::new(),
@@ -282,7 +285,7 @@ impl Driver {
         self.routes.push(Some(Route {
             label: Some(key.clone()),
             kind: Kind::Keyed,
-            slot: Arc::default(),
+            slot: Some(Arc::default()),
             installed: None,
             status: RouteStatus::default(),
             retry: None,
@@ -385,9 +388,15 @@ impl Driver {
         {
             self.table_dirty = true;
         }
-        route
-            .slot
-            .store(Some(Arc::clone(validated.certified_key())));
+        let certified = Arc::clone(validated.certified_key());
+        match &route.slot {
+            Some(slot) => slot.store(Some(certified)),
+            None => {
+                if let Some(resolver) = self.resolver.upgrade() {
+                    resolver.store_default(certified);
+                }
+            }
+        }
         route.installed = Some((validated.digest(), names));
         route.expiring = expiring_key;
         route.expired = expired_key;
@@ -516,21 +525,26 @@ impl Driver {
             self.table_dirty = false;
             let mut table = Table::default();
             for route in self.routes[..self.statics].iter().flatten() {
-                if let Kind::Named(name) = &route.kind {
-                    table.insert(name, &route.slot);
+                if let (Kind::Named(name), Some(slot)) = (&route.kind, &route.slot) {
+                    table.insert(name, slot);
                 }
             }
             for id in self.keyed.values() {
-                let Some(route) = self.routes[*id].as_ref() else {
+                let Some((route, slot)) = self.routes[*id]
+                    .as_ref()
+                    .and_then(|r| Some((r, r.slot.as_ref()?)))
+                else {
                     continue;
                 };
                 for name in route.installed.iter().flat_map(|(_, names)| names) {
-                    if !table.insert(name, &route.slot) {
+                    if !table.insert(name, slot) {
                         tracing::debug!(route = route.label.as_deref(), %name, "name already served by another route");
                     }
                 }
             }
-            self.shared.table.store(Arc::new(table));
+            if let Some(resolver) = self.resolver.upgrade() {
+                resolver.store_table(table);
+            }
         }
         let statics = &self.routes[..self.statics];
         let ready = if statics.is_empty() {

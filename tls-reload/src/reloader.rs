@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use rustls::crypto::CryptoProvider;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::driver::{Driver, Plan};
 use crate::status::Ended;
-use crate::tls::{self, CertResolver, RouteName, Shared, Table};
+use crate::tls::{self, CertResolver, RouteName};
 use crate::{Error, NotReady, Policy, Status, Validator};
 
 /// Drives certificate sources, validates each bundle and swaps it into a rustls resolver.
@@ -232,16 +231,7 @@ impl Builder {
         let has_routes = !named.is_empty() || !self.keyed.is_empty();
         let token = self.token.unwrap_or_default().child_token();
         let gone = CancellationToken::new();
-        let shared = Arc::new(Shared {
-            default: Arc::default(),
-            table: ArcSwap::from_pointee(Table::default()),
-        });
-        let resolver = Arc::new(CertResolver::new(
-            Arc::clone(&shared),
-            has_routes,
-            self.strict,
-            gone.clone(),
-        ));
+        let resolver = Arc::new(CertResolver::new(has_routes, self.strict, gone.clone()));
         let (tx, rx) = watch::channel(Status {
             running: true,
             ..Status::default()
@@ -252,7 +242,7 @@ impl Builder {
             named,
             keyed: self.keyed,
         };
-        let (driver, inputs) = Driver::new(validator, shared, tx.clone(), plan);
+        let (driver, inputs) = Driver::new(validator, Arc::downgrade(&resolver), tx.clone(), plan);
         let cancel = token.clone();
         let inner = async move {
             let run = AssertUnwindSafe(driver.run(inputs, cancel, gone)).catch_unwind();

@@ -764,6 +764,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_watch_that_cannot_start_is_retried_and_then_delivers() {
+        let cert = tls_test::TestCa::new("later").leaf(&["localhost"]);
+        let dir = tempfile::tempdir().unwrap();
+        let later = dir.path().join("later");
+        // The poll is an hour away: only the retried watch can deliver in time.
+        let mut source = FileSource::kubernetes_dir(&later)
+            .poll_interval(Duration::from_secs(3600))
+            .build();
+        let first = tokio::time::timeout(Duration::from_secs(20), source.next())
+            .await
+            .expect("a first report")
+            .unwrap();
+        assert!(first.is_err(), "the directory does not exist yet");
+        fs::create_dir(&later).unwrap();
+        fs::write(later.join("tls.crt"), &cert.chain_pem).unwrap();
+        fs::write(later.join("tls.key"), &cert.key_pem).unwrap();
+        let bundle = tokio::time::timeout(Duration::from_secs(20), source.next())
+            .await
+            .expect("the retried watch reads the files")
+            .unwrap()
+            .unwrap();
+        assert_eq!(bundle.chain().len(), 2);
+    }
+
+    #[tokio::test]
     async fn an_optional_ca_is_read_when_present() {
         let cert = tls_test::TestCa::new("ca").leaf(&["localhost"]);
         let dir = tempfile::tempdir().unwrap();

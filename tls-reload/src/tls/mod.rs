@@ -15,7 +15,6 @@ use rustls::sign::CertifiedKey;
 use tls_source::CertBundle;
 
 pub use resolver::CertResolver;
-pub(crate) use resolver::Shared;
 pub(crate) use sni::{RouteName, Slot, Table};
 
 use crate::{Error, Purpose};

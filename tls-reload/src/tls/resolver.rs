@@ -10,15 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Slot, Table};
 
-/// What the reload task writes and the resolver reads.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// The default route: served when no SNI route matches (or when there are none).
-    pub(crate) default: Arc<Slot>,
-    /// The SNI routes; empty without routes.
-    pub(crate) table: ArcSwap<Table>,
-}
-
 /// The rustls certificate resolver that serves whatever the [`Reloader`](crate::Reloader)
 /// installed last: by SNI when it has routes, else (or for an unknown or missing name) the
 /// default certificate.
@@ -30,9 +21,14 @@ pub(crate) struct Shared {
 /// [`Reloader::ready`](crate::Reloader::ready) before accepting), and, in strict mode, for a
 /// name no route serves.
 ///
-/// The reload task runs as long as a resolver or a `Reloader` handle exists.
+/// The reload task runs as long as a resolver or a `Reloader` handle exists (it holds only a
+/// weak reference, upgraded for each store).
 pub struct CertResolver {
-    shared: Arc<Shared>,
+    /// The default route: served when no SNI route matches (or when there are none). Inline, so
+    /// the one-certificate path is one load.
+    default: Slot,
+    /// The SNI routes; empty without routes.
+    table: ArcSwap<Table>,
     /// `None` without SNI routes: the single-certificate path skips the table.
     sni: Option<Sni>,
     /// Cancelled when the last resolver is dropped: the reload task then ends.
@@ -47,24 +43,30 @@ struct Sni {
 // ===== impl CertResolver =====
 
 impl CertResolver {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        routes: bool,
-        strict: bool,
-        gone: CancellationToken,
-    ) -> Self {
+    pub(crate) fn new(routes: bool, strict: bool, gone: CancellationToken) -> Self {
         Self {
-            shared,
+            default: Slot::const_empty(),
+            table: ArcSwap::from_pointee(Table::default()),
             sni: routes.then_some(Sni { strict }),
             gone,
         }
+    }
+
+    /// Installs the default certificate (the reload task only, after validation).
+    pub(crate) fn store_default(&self, certified: Arc<CertifiedKey>) {
+        self.default.store(Some(certified));
+    }
+
+    /// Installs a new SNI table (the reload task only).
+    pub(crate) fn store_table(&self, table: Table) {
+        self.table.store(Arc::new(table));
     }
 
     /// The default certificate served now, if any: what `resolve` returns for a handshake no
     /// SNI route matches (the same code, so the resolve benches measure it).
     #[inline]
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.shared.default.load_full()
+        self.default.load_full()
     }
 
     /// The certificate a handshake with this server name (SNI) is served: exactly what
@@ -74,7 +76,7 @@ impl CertResolver {
         let Some(sni) = self.sni else {
             return self.current();
         };
-        if let Some(found) = server_name.and_then(|name| self.shared.table.load().lookup(name)) {
+        if let Some(found) = server_name.and_then(|name| self.table.load().lookup(name)) {
             return Some(found);
         }
         if sni.strict { None } else { self.current() }
@@ -82,7 +84,7 @@ impl CertResolver {
 
     /// How many names the SNI table holds.
     pub fn route_names(&self) -> usize {
-        self.shared.table.load().len()
+        self.table.load().len()
     }
 }
 
@@ -104,7 +106,7 @@ impl Drop for CertResolver {
 impl fmt::Debug for CertResolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CertResolver")
-            .field("has_default", &self.shared.default.load().is_some())
+            .field("has_default", &self.default.load().is_some())
             .field("route_names", &self.route_names())
             .field("strict", &self.sni.is_some_and(|s| s.strict))
             .finish()
