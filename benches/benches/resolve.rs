@@ -64,6 +64,10 @@ fn resolve(c: &mut Criterion) {
         ),
     ];
 
+    for (name, holder) in &holders {
+        assert!(holder.resolve().is_some(), "{name} serves a certificate");
+    }
+
     // A writer that swaps every 1 ms: through the reloader (validation included) for ours, a
     // plain store for the locks.
     let start_swapper = |holder: &Holder| -> Option<Swapper> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use common::{Harness, Mode, write_kube};
+use tls_reload::Reloader;
 use tls_test::TestCa;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -65,4 +66,36 @@ async fn no_handshake_fails_during_many_swaps() {
         served.len()
     );
     assert!(h.status().last_error.is_none());
+}
+
+/// The resolver's per-thread cache never serves a certificate older than the last one installed
+/// before the call, on the installing thread or any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_thread_sees_each_rotation_at_once() {
+    let certs: Vec<_> = (0..20)
+        .map(|i| TestCa::new(&format!("cache {i}")).leaf(&["localhost"]))
+        .collect();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .spawn(rx)
+        .unwrap();
+    let resolver = reloader.resolver();
+    let leaf =
+        |key: &rustls::sign::CertifiedKey| tls_test::fingerprint(key.end_entity_cert().unwrap());
+    for cert in &certs {
+        tx.unbounded_send(Ok(common::bundle(cert))).unwrap();
+        tls_test::wait_for(reloader.status(), "installed", |s| {
+            common::installed(s) == Some(cert.fingerprint.as_str())
+        })
+        .await;
+        // This thread, twice (the second from its cache), and a fresh thread.
+        assert_eq!(leaf(&resolver.current().unwrap()), cert.fingerprint);
+        assert_eq!(leaf(&resolver.current().unwrap()), cert.fingerprint);
+        let other = resolver.clone();
+        let seen = std::thread::spawn(move || leaf(&other.current().unwrap()))
+            .join()
+            .unwrap();
+        assert_eq!(seen, cert.fingerprint);
+    }
 }

@@ -1,7 +1,9 @@
 //! [`CertResolver`]: what rustls asks on every handshake.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -14,9 +16,10 @@ use super::{Slot, Table};
 /// installed last: by SNI when it has routes, else (or for an unknown or missing name) the
 /// default certificate.
 ///
-/// `resolve` is wait-free and allocation-free. With one certificate it is one atomic load and a
-/// reference-count increment (arc-swap); with SNI routes, a hash lookup of the name (exact,
-/// then the one-label wildcard) before that. It returns `None`, so the handshake fails cleanly,
+/// `resolve` is wait-free and allocation-free. With one certificate it is, on each thread, one
+/// atomic load of the installed generation and a reference-count increment of the certificate
+/// that thread last saw (arc-swap's load only after a rotation); with SNI routes, a hash lookup
+/// of the name (exact, then the one-label wildcard) and an arc-swap load. It returns `None`, so the handshake fails cleanly,
 /// when there is nothing to serve: before the first certificate is installed (wait for
 /// [`Reloader::ready`](crate::Reloader::ready) before accepting), and, in strict mode, for a
 /// name no route serves.
@@ -27,6 +30,11 @@ pub struct CertResolver {
     /// The default route: served when no SNI route matches (or when there are none). Inline, so
     /// the one-certificate path is one load.
     default: Slot,
+    /// Bumped after every store into `default`: a thread's cached certificate is current while
+    /// the generation it was read at is.
+    generation: AtomicU64,
+    /// Tells this resolver's entries in the per-thread cache from another's (never reused).
+    id: u64,
     /// The SNI routes; empty without routes.
     table: ArcSwap<Table>,
     /// `None` without SNI routes: the single-certificate path skips the table.
@@ -40,12 +48,30 @@ struct Sni {
     strict: bool,
 }
 
+/// Where resolver ids come from.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A thread's last default certificate: the resolver, the generation it was read at, and it.
+struct Cached {
+    id: u64,
+    generation: u64,
+    key: Option<Arc<CertifiedKey>>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cached> = const {
+        RefCell::new(Cached { id: 0, generation: 0, key: None })
+    };
+}
+
 // ===== impl CertResolver =====
 
 impl CertResolver {
     pub(crate) fn new(routes: bool, strict: bool, gone: CancellationToken) -> Self {
         Self {
             default: Slot::const_empty(),
+            generation: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             table: ArcSwap::from_pointee(Table::default()),
             sni: routes.then_some(Sni { strict }),
             gone,
@@ -55,6 +81,8 @@ impl CertResolver {
     /// Installs the default certificate (the reload task only, after validation).
     pub(crate) fn store_default(&self, certified: Arc<CertifiedKey>) {
         self.default.store(Some(certified));
+        // After the store: a reader that sees the new generation then loads the new certificate.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Installs a new SNI table (the reload task only).
@@ -66,7 +94,24 @@ impl CertResolver {
     /// SNI route matches (the same code, so the resolve benches measure it).
     #[inline]
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.default.load_full()
+        let generation = self.generation.load(Ordering::Acquire);
+        CACHE
+            .try_with(|cache| {
+                let mut cache = cache.try_borrow_mut().ok()?;
+                if cache.id != self.id || cache.generation != generation {
+                    // A rotation since this thread last looked (or another resolver): the old
+                    // certificate it held is released here.
+                    *cache = Cached {
+                        id: self.id,
+                        generation,
+                        key: self.default.load_full(),
+                    };
+                }
+                Some(cache.key.clone())
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| self.default.load_full())
     }
 
     /// The certificate a handshake with this server name (SNI) is served: exactly what
