@@ -3,7 +3,7 @@
 //! 8. Memory per SNI route: the live heap a reloader keeps for 10,000 routes (certificate,
 //!    signing key, SNI table, status), per route, beyond the DER of its chain.
 //!
-//! `cargo run --release -p benches --bin memory`
+//! `cargo run --release -p benches --bin memory` (`ROTATIONS=1000000` for a longer run)
 
 use std::alloc::System;
 use std::time::Instant;
@@ -52,12 +52,16 @@ fn main() {
     // Alternate between three bundles that differ from the one installed each time.
     rotate(0, 100);
     let after_100 = rss_kib();
-    rotate(100, 100_000);
+    let rotations = std::env::var("ROTATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    rotate(100, rotations);
     let after_100k = rss_kib();
     let generation = fed.reloader.status().borrow().generation;
     println!("rotations: {generation} in {:.1?}", start.elapsed());
     println!("RSS after 100 rotations:     {after_100} KiB");
-    println!("RSS after 100,000 rotations: {after_100k} KiB");
+    println!("RSS after {rotations} rotations: {after_100k} KiB");
     println!("growth: {} KiB", after_100k.saturating_sub(after_100));
     drop(fed);
 

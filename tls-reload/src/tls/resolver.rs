@@ -26,6 +26,10 @@ use super::{Slot, Table};
 ///
 /// The reload task runs as long as a resolver or a `Reloader` handle exists (it holds only a
 /// weak reference, upgraded for each store).
+///
+/// Each thread that resolved keeps a reference to the default certificate it last served, so a
+/// replaced certificate (and its key) is freed once every such thread has resolved again, or
+/// has exited.
 pub struct CertResolver {
     /// The default route: served when no SNI route matches (or when there are none). Inline, so
     /// the one-certificate path is one load.
