@@ -5,7 +5,7 @@ mod common;
 
 use common::{kube_source, route_installed, served_for, write_kube};
 use tls_reload::Reloader;
-use tls_test::{PATIENCE, TestCa, TestServer};
+use tls_test::{PATIENCE, TestCa, TestCert, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_name_is_served_its_route_and_routes_rotate_and_fail_alone() {
@@ -125,19 +125,30 @@ async fn each_name_is_served_its_route_and_routes_rotate_and_fail_alone() {
     );
 }
 
+/// A reloader serving `default` and one route `name` with `cert`, each from its own directory.
+fn one_route(
+    dir: &tempfile::TempDir,
+    name: &str,
+    cert: &TestCert,
+    default: &TestCert,
+    strict: bool,
+) -> Reloader {
+    let (_route_dir, route_source) = kube_source(dir.path(), "route", cert);
+    let (_default_dir, default_source) = kube_source(dir.path(), "default", default);
+    Reloader::builder()
+        .crypto_provider(common::provider())
+        .route(name, route_source)
+        .sni_strict(strict)
+        .spawn(default_source)
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_mode_refuses_unknown_and_missing_names() {
     let ca = TestCa::new("strict");
     let dir = tempfile::tempdir().unwrap();
     let (api, default) = (ca.leaf(&["api.example.com"]), ca.leaf(&["localhost"]));
-    let (_a, api_source) = kube_source(dir.path(), "api", &api);
-    let (_d, default_source) = kube_source(dir.path(), "default", &default);
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .route("api.example.com", api_source)
-        .sni_strict(true)
-        .spawn(default_source)
-        .unwrap();
+    let reloader = one_route(&dir, "api.example.com", &api, &default, true);
     reloader.ready_timeout(PATIENCE).await.unwrap();
     let server = TestServer::start(reloader.resolver()).await;
     assert_eq!(
@@ -157,13 +168,7 @@ async fn a_route_whose_certificate_does_not_cover_its_name_is_refused_naming_bot
     let ca = TestCa::new("cover");
     let dir = tempfile::tempdir().unwrap();
     let (wrong, default) = (ca.leaf(&["api.example.com"]), ca.leaf(&["localhost"]));
-    let (_w, wrong_source) = kube_source(dir.path(), "www", &wrong);
-    let (_d, default_source) = kube_source(dir.path(), "default", &default);
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .route("www.example.com", wrong_source)
-        .spawn(default_source)
-        .unwrap();
+    let reloader = one_route(&dir, "www.example.com", &wrong, &default, false);
     let status = tls_test::wait_for(reloader.status(), "the route's error", |s| {
         s.routes["www.example.com"].last_error.is_some()
     })

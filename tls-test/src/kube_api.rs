@@ -185,16 +185,9 @@ impl KubeApi {
         label: &str,
         value: &str,
     ) -> u64 {
-        let key = key(resource, namespace, name);
-        let mut object = self
-            .shared
-            .lock()
-            .objects
-            .get(&key)
-            .cloned()
-            .expect("object exists");
-        object["metadata"]["labels"][label] = Value::String(value.to_owned());
-        self.shared.write(&key, object, false).expect("set label")
+        self.relabel(resource, namespace, name, |labels| {
+            labels[label] = Value::String(value.to_owned());
+        })
     }
 
     /// Removes a label from an object. Returns the new resourceVersion.
@@ -202,6 +195,21 @@ impl KubeApi {
     /// # Panics
     /// If the object does not exist.
     pub fn remove_label(&self, resource: &str, namespace: &str, name: &str, label: &str) -> u64 {
+        self.relabel(resource, namespace, name, |labels| {
+            if let Some(labels) = labels.as_object_mut() {
+                labels.remove(label);
+            }
+        })
+    }
+
+    /// Changes an object's labels (a metadata-only write). Returns the new resourceVersion.
+    fn relabel(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> u64 {
         let key = key(resource, namespace, name);
         let mut object = self
             .shared
@@ -210,12 +218,10 @@ impl KubeApi {
             .get(&key)
             .cloned()
             .expect("object exists");
-        if let Some(labels) = object["metadata"]["labels"].as_object_mut() {
-            labels.remove(label);
-        }
+        change(&mut object["metadata"]["labels"]);
         self.shared
             .write(&key, object, false)
-            .expect("remove label")
+            .expect("change labels")
     }
 
     /// Deletes an object. Returns whether it existed.
