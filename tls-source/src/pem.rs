@@ -83,6 +83,7 @@ impl Decoder {
         input: &str,
         bytes: &[u8],
     ) -> Result<Vec<CertificateDer<'static>>, Error> {
+        let bytes = strip_bom(bytes);
         self.precheck(input, bytes)?;
         if !is_pem(bytes) {
             return der(input, bytes).map(|der| vec![CertificateDer::from(der.to_vec())]);
@@ -108,6 +109,7 @@ impl Decoder {
     /// [`Error::TooLarge`], [`Error::Empty`], [`Error::EncryptedKey`], [`Error::Malformed`],
     /// [`Error::NoKey`] or [`Error::MultipleKeys`].
     pub fn private_key(&self, input: &str, bytes: &[u8]) -> Result<PrivateKeyDer<'static>, Error> {
+        let bytes = strip_bom(bytes);
         self.precheck(input, bytes)?;
         if contains(bytes, b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
             || contains(bytes, b"Proc-Type: 4,ENCRYPTED")
@@ -174,6 +176,11 @@ impl Decoder {
         }
         Ok(())
     }
+}
+
+/// Text editors on Windows start UTF-8 files with a byte-order mark; OpenSSL reads past it.
+fn strip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes)
 }
 
 fn is_pem(bytes: &[u8]) -> bool {
@@ -251,6 +258,26 @@ mod tests {
             );
             assert!(matches, "{format:?} decoded as the wrong kind");
         }
+    }
+
+    #[test]
+    fn accepts_a_byte_order_mark_and_crlf_line_endings() {
+        let leaf = ca().leaf(&["localhost"]);
+        let windows = |pem: &str| {
+            let mut bytes = b"\xEF\xBB\xBF".to_vec();
+            bytes.extend_from_slice(pem.replace('\n', "\r\n").as_bytes());
+            bytes
+        };
+        let bundle = Decoder::new()
+            .bundle(
+                ("tls.crt", &windows(&leaf.chain_pem)),
+                ("tls.key", &windows(&leaf.key_pem)),
+                None,
+                Origin::SelfSigned,
+            )
+            .unwrap();
+        assert_eq!(bundle.chain().len(), 2);
+        assert_eq!(bundle.chain()[0], leaf.cert_der);
     }
 
     #[test]
