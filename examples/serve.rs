@@ -29,7 +29,8 @@
 //!   finish (up to 10 s), and exit 0.
 //!
 //! Prints one line, `listening on https://HOST:PORT`, to stdout once the socket is bound and the
-//! first certificate is installed; logs go to stderr (`RUST_LOG` sets the level, default `info`).
+//! first certificate is installed; logs go to stderr (`RUST_LOG` sets the filter; by default
+//! `info`, with third-party HTTP and API clients at `error`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -88,6 +89,10 @@ With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 an
                                   renewed when a third remains
   --self-signed-dir DIR           keep the certificate (and CA) in DIR and reuse it on restart
   --self-signed-ca                sign the certificates with a stable CA, shown in the status";
+
+/// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
+/// (kube's client logs a response body it cannot parse at warn).
+const DEFAULT_LOG_FILTER: &str = "info,kube_client=error,hyper=error,hyper_util=error,h2=error";
 
 /// How long the server waits for the first certificate before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -262,7 +267,8 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // Third-party HTTP and API clients log response bodies at warn: keep them quiet.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)),
         )
         .init();
     let args = match parse_args(std::env::args().skip(1)) {

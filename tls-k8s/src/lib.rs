@@ -109,6 +109,15 @@ pub enum Error {
         /// What the API server said.
         message: String,
     },
+    /// A value of the Secret's `data` is not base64 (or not a string): said by key, without
+    /// the value.
+    #[error("the Secret's data key {key} is {reason}")]
+    BadData {
+        /// The data key.
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The API refused a list or watch of Secrets by label selector.
     #[error(
         "forbidden: the service account needs list and watch on secrets in namespace {namespace} (a Role without resourceNames; see the tls-k8s docs): {message}"

@@ -1,14 +1,14 @@
 //! [`SecretSource`]: one TLS Secret, watched through the Kubernetes API.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use base64::Engine as _;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -130,7 +130,7 @@ impl SecretSourceBuilder {
 
     /// Builds the source. Nothing is requested until the stream is first polled.
     pub fn build(self) -> SecretSource {
-        let api: Api<Secret> = Api::namespaced(self.client, &self.namespace);
+        let api = api(self.client, &self.namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let mut state = State {
             namespace: self.namespace.clone(),
@@ -217,7 +217,7 @@ impl State {
         Some(Err(tls_source::Error::source(self.origin(), err)))
     }
 
-    fn handle(&mut self, event: Result<Event<Secret>, watcher::Error>) -> Option<Item> {
+    fn handle(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) -> Option<Item> {
         match event {
             Ok(Event::Init) => {
                 self.seen_in_init = false;
@@ -253,7 +253,7 @@ impl State {
         }
     }
 
-    fn secret(&mut self, secret: &Secret) -> Option<Item> {
+    fn secret(&mut self, secret: &DynamicObject) -> Option<Item> {
         let (digest, item) = read(secret, &self.keys, &self.decoder);
         if self.last == Some(digest) {
             return None; // a metadata-only change
@@ -263,68 +263,88 @@ impl State {
     }
 }
 
+/// The API's view of a Secret, as a dynamic object: its `data` stays JSON, so no base64 in it can
+/// make kube's decoding fail (kube then logs the whole response body, keys included); this crate
+/// decodes each value itself and reports bad data by Secret and key, without the bytes.
+pub(crate) fn api(client: Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client, namespace, &ApiResource::erase::<Secret>(&()))
+}
+
+/// The Secret's `type`.
+pub(crate) fn secret_type(secret: &DynamicObject) -> Option<&str> {
+    secret.data.get("type").and_then(serde_json::Value::as_str)
+}
+
 /// The certificate material of a TLS Secret: a digest of the raw data (to skip metadata-only
 /// changes before decoding) and the bundle, or why there is none (missing keys, bad data),
 /// naming the Secret.
-pub(crate) fn read(secret: &Secret, keys: &Keys, decoder: &Decoder) -> (Digest, Item) {
+pub(crate) fn read(secret: &DynamicObject, keys: &Keys, decoder: &Decoder) -> (Digest, Item) {
     let namespace = secret.metadata.namespace.clone().unwrap_or_default();
     let name = secret.metadata.name.clone().unwrap_or_default();
-    let data = secret.data.clone().unwrap_or_default();
-    let empty = BTreeMap::new();
-    let string_data = secret.string_data.as_ref().unwrap_or(&empty);
-    let get = |key: &str| -> Option<Vec<u8>> {
-        data.get(key)
-            .map(|ByteString(bytes)| bytes.clone())
-            .or_else(|| string_data.get(key).map(|s| s.clone().into_bytes()))
-    };
-    let cert = get(&keys.cert);
-    let key = get(&keys.key);
-    let ca = get(&keys.ca);
+    let origin = || format!("secret {namespace}/{name}");
+    let data = secret.data.get("data");
+    let raw = |key: &str| data.and_then(|d| d.get(key));
     let mut material = Vec::new();
-    for part in [&cert, &key, &ca] {
-        let bytes = part.as_deref().unwrap_or_default();
-        material.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-        material.extend_from_slice(&[u8::from(part.is_some())]);
-        material.extend_from_slice(bytes);
+    for key in [&keys.cert, &keys.key, &keys.ca] {
+        let value = raw(key).map(ToString::to_string).unwrap_or_default();
+        material.extend_from_slice(&(value.len() as u64).to_be_bytes());
+        material.extend_from_slice(value.as_bytes());
     }
     let digest = Digest::of(&material);
-    let (Some(cert), Some(key)) = (cert, key) else {
-        let missing = [&keys.cert, &keys.key]
-            .into_iter()
-            .filter(|k| !secret_has(&data, string_data, k))
-            .cloned()
-            .collect();
-        let err = Error::MissingKeys { keys: missing };
-        return (
-            digest,
-            Err(tls_source::Error::source(
-                format!("secret {namespace}/{name}"),
-                err,
-            )),
-        );
+    let get = |key: &str| -> Result<Option<Vec<u8>>, tls_source::Error> {
+        let Some(value) = raw(key) else {
+            return Ok(None);
+        };
+        let text = value.as_str().ok_or_else(|| {
+            tls_source::Error::source(
+                origin(),
+                Error::BadData {
+                    key: key.to_owned(),
+                    reason: "not a string",
+                },
+            )
+        })?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(Some)
+            .map_err(|_| {
+                tls_source::Error::source(
+                    origin(),
+                    Error::BadData {
+                        key: key.to_owned(),
+                        reason: "not valid base64",
+                    },
+                )
+            })
     };
-    let input = |key: &str| format!("{namespace}/{name} key {key}");
-    let origin = Origin::Secret {
-        namespace: namespace.clone(),
-        name: name.clone(),
-        resource_version: secret.metadata.resource_version.clone(),
-    };
-    let decoded = decoder.bundle(
-        (&input(&keys.cert), &cert),
-        (&input(&keys.key), &key),
-        ca.as_deref()
-            .map(|ca| (input(&keys.ca), ca))
-            .as_ref()
-            .map(|(n, b)| (n.as_str(), *b)),
-        origin,
-    );
+    let decoded = (|| {
+        let (cert, key, ca) = (get(&keys.cert)?, get(&keys.key)?, get(&keys.ca)?);
+        let (Some(cert), Some(key)) = (cert, key) else {
+            let missing = [&keys.cert, &keys.key]
+                .into_iter()
+                .filter(|k| raw(k).is_none())
+                .cloned()
+                .collect();
+            return Err(tls_source::Error::source(
+                origin(),
+                Error::MissingKeys { keys: missing },
+            ));
+        };
+        let input = |key: &str| format!("{namespace}/{name} key {key}");
+        let bundle_origin = Origin::Secret {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            resource_version: secret.metadata.resource_version.clone(),
+        };
+        decoder.bundle(
+            (&input(&keys.cert), &cert),
+            (&input(&keys.key), &key),
+            ca.as_deref()
+                .map(|ca| (input(&keys.ca), ca))
+                .as_ref()
+                .map(|(n, b)| (n.as_str(), *b)),
+            bundle_origin,
+        )
+    })();
     (digest, decoded)
-}
-
-fn secret_has(
-    data: &BTreeMap<String, ByteString>,
-    string_data: &BTreeMap<String, String>,
-    key: &str,
-) -> bool {
-    data.contains_key(key) || string_data.contains_key(key)
 }

@@ -7,14 +7,14 @@ use std::task::{Context, Poll};
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
-use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client};
 use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
 
 use crate::Error;
-use crate::secret::{Keys, read};
+use crate::secret::{Keys, api, read, secret_type};
 
 /// The Secret type this source serves.
 const TLS_TYPE: &str = "kubernetes.io/tls";
@@ -112,7 +112,7 @@ impl SecretsSourceBuilder {
 
     /// Builds the source. Nothing is requested until the stream is first polled.
     pub fn build(self) -> SecretsSource {
-        let api: Api<Secret> = Api::namespaced(self.client, &self.namespace);
+        let api = api(self.client, &self.namespace);
         let mut config = watcher::Config::default();
         if !self.selector.is_empty() {
             config = config.labels(&self.selector);
@@ -185,7 +185,7 @@ struct State {
 }
 
 impl State {
-    fn handle(&mut self, event: Result<Event<Secret>, watcher::Error>) -> Vec<Item> {
+    fn handle(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) -> Vec<Item> {
         match event {
             Ok(Event::Init) => {
                 self.listed.clear();
@@ -226,8 +226,8 @@ impl State {
         }
     }
 
-    fn apply(&mut self, key: String, secret: &Secret) -> Option<Item> {
-        if secret.type_.as_deref() != Some(TLS_TYPE) {
+    fn apply(&mut self, key: String, secret: &DynamicObject) -> Option<Item> {
+        if secret_type(secret) != Some(TLS_TYPE) {
             return self.remove(key);
         }
         let (digest, item) = read(secret, &self.keys, &self.decoder);
@@ -250,7 +250,7 @@ impl State {
     }
 }
 
-fn key_of(secret: &Secret) -> String {
+fn key_of(secret: &DynamicObject) -> String {
     format!(
         "{}/{}",
         secret.metadata.namespace.as_deref().unwrap_or_default(),

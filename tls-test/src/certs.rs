@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use base64::Engine as _;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -218,6 +219,15 @@ fn pem_body(pem: &str) -> Vec<u8> {
 pub fn assert_no_key_material(text: &str, cert: &TestCert) {
     for line in cert.key_pem.lines().filter(|l| !l.starts_with("-----")) {
         assert!(!text.contains(line), "key PEM line found in: {text}");
+    }
+    // As a Kubernetes Secret carries it: the base64 of the PEM file.
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&cert.key_pem);
+    for chunk in encoded.as_bytes().chunks(32) {
+        let chunk = String::from_utf8_lossy(chunk);
+        assert!(
+            !text.contains(chunk.as_ref()),
+            "base64 of the key found in: {text}"
+        );
     }
     let lower = text.to_lowercase();
     for window in secret_bytes(&cert.key_der).windows(16) {

@@ -173,6 +173,22 @@ impl KubeApi {
         self.shared.write(&key, object, false).expect("put secret")
     }
 
+    /// Creates or replaces a `kubernetes.io/tls` Secret whose `data` values are stored as given,
+    /// not encoded: invalid base64 as a proxy or a buggy writer might leave it.
+    pub fn put_secret_raw(&self, namespace: &str, name: &str, data: &[(&str, &str)]) -> u64 {
+        let raw: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+            .collect();
+        let key = key("secrets", namespace, name);
+        let object = json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "type": "kubernetes.io/tls",
+            "data": raw,
+        });
+        self.shared.write(&key, object, false).expect("put secret")
+    }
+
     /// Sets a label on an object (a metadata-only change). Returns the new resourceVersion.
     ///
     /// # Panics
