@@ -80,6 +80,8 @@ pub(crate) struct Driver {
     routes: Vec<Option<Route>>,
     /// Keyed routes by (source, key).
     keyed: BTreeMap<(usize, String), RouteId>,
+    /// Places of removed keyed routes, for reuse.
+    free: Vec<RouteId>,
     /// How many routes are static (the default and the named ones), all at the front.
     statics: usize,
     timers: DelayQueue<(RouteId, Timer)>,
@@ -158,6 +160,7 @@ impl Driver {
             status,
             routes,
             keyed: BTreeMap::new(),
+            free: Vec::new(),
             statics,
             timers: DelayQueue::new(),
             table_dirty: true,
@@ -281,8 +284,7 @@ impl Driver {
         if let Some(id) = self.keyed.get(&(source, key.clone())) {
             return *id;
         }
-        let id = self.routes.len();
-        self.routes.push(Some(Route {
+        let route = Some(Route {
             label: Some(key.clone()),
             kind: Kind::Keyed,
             slot: Some(Arc::default()),
@@ -291,7 +293,19 @@ impl Driver {
             retry: None,
             expiring: None,
             expired: None,
-        }));
+        });
+        // A removed route's place is reused (its timers went with it), so churn does not grow
+        // the table of routes.
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.routes[id] = route;
+                id
+            }
+            None => {
+                self.routes.push(route);
+                self.routes.len() - 1
+            }
+        };
         self.keyed.insert((source, key), id);
         id
     }
@@ -304,6 +318,7 @@ impl Driver {
             self.cancel_timer(id, timer);
         }
         if let Some(route) = self.routes[id].take() {
+            self.free.push(id);
             tracing::info!(route = key, "route removed");
             if route.installed.is_some() {
                 self.table_dirty = true;

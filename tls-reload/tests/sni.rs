@@ -211,3 +211,73 @@ async fn a_route_name_that_is_not_a_dns_name_is_refused_at_spawn() {
         .unwrap_err();
     assert!(err.to_string().contains("no certificate source"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_routes_come_and_go_by_the_names_in_their_certificates() {
+    use tls_source::{Keyed, KeyedUpdate};
+    let ca = TestCa::new("keyed");
+    let (a, b, c) = (
+        ca.leaf(&["a.example.com"]),
+        ca.leaf(&["b.example.com", "*.b.example.com"]),
+        ca.leaf(&["c.example.com"]),
+    );
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let put = |key: &str, cert: &TestCert| {
+        tx.unbounded_send(Ok(Keyed {
+            key: key.into(),
+            update: KeyedUpdate::Put(common::bundle(cert)),
+        }))
+        .unwrap();
+    };
+    put("k1", &a);
+    put("k2", &b);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .routes(rx)
+        .spawn_routes()
+        .unwrap();
+    tls_test::wait_for(reloader.status(), "two routes", |s| {
+        route_installed(s, "k1").is_some() && route_installed(s, "k2").is_some()
+    })
+    .await;
+    let server = TestServer::start(reloader.resolver()).await;
+    let addr = server.addr();
+    assert_eq!(
+        served_for(addr, "a.example.com").await.unwrap(),
+        a.fingerprint
+    );
+    assert_eq!(
+        served_for(addr, "x.b.example.com").await.unwrap(),
+        b.fingerprint
+    );
+    assert!(
+        served_for(addr, "c.example.com").await.is_err(),
+        "no route, no default"
+    );
+
+    // k1 goes, k3 comes (in k1's old place inside the driver): each name follows its key.
+    tx.unbounded_send(Ok(Keyed {
+        key: "k1".into(),
+        update: KeyedUpdate::Remove,
+    }))
+    .unwrap();
+    put("k3", &c);
+    let status = tls_test::wait_for(reloader.status(), "k1 out, k3 in", |s| {
+        !s.routes.contains_key("k1") && route_installed(s, "k3").is_some()
+    })
+    .await;
+    assert_eq!(status.routes.keys().collect::<Vec<_>>(), ["k2", "k3"]);
+    assert_eq!(
+        status.routes["k2"].names,
+        ["b.example.com", "*.b.example.com"]
+    );
+    assert!(served_for(addr, "a.example.com").await.is_err());
+    assert_eq!(
+        served_for(addr, "c.example.com").await.unwrap(),
+        c.fingerprint
+    );
+    assert_eq!(
+        served_for(addr, "b.example.com").await.unwrap(),
+        b.fingerprint
+    );
+}
