@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -372,7 +372,9 @@ enum State {
 
 struct Running {
     config: Arc<Config>,
-    reader: FileReader,
+    /// Shared with the blocking thread that reads: dropping the source mid-read leaves that
+    /// thread to finish and its result to be dropped.
+    reader: Arc<Mutex<FileReader>>,
     trigger: Triggered,
     /// Kept alive for its watch; dropping it stops the watch thread.
     watcher: Option<RecommendedWatcher>,
@@ -393,7 +395,7 @@ impl State {
         let mut running = match self {
             Self::Start { config, trigger } => {
                 let mut running = Running::start(config, trigger);
-                if let Some(item) = running.reader.read(false) {
+                if let Some(item) = running.read(false).await {
                     return Some((item, Self::Running(running)));
                 }
                 running
@@ -405,7 +407,7 @@ impl State {
                 Wake::Poll | Wake::Event => false,
                 Wake::Trigger => true,
             };
-            if let Some(item) = running.reader.read(force) {
+            if let Some(item) = running.read(force).await {
                 return Some((item, Self::Running(running)));
             }
         }
@@ -416,7 +418,7 @@ impl Running {
     fn start(config: Arc<Config>, trigger: Triggered) -> Box<Self> {
         let changed = Arc::new(Notify::new());
         let mut running = Box::new(Self {
-            reader: FileReader::new(config.clone()),
+            reader: Arc::new(Mutex::new(FileReader::new(config.clone()))),
             trigger,
             watcher: None,
             watch_retry: None,
@@ -435,6 +437,26 @@ impl Running {
             running.start_watch();
         }
         running
+    }
+
+    /// Reads the files on a blocking thread, off the runtime's workers (a slow network file
+    /// system never stalls the worker that also runs handshakes).
+    ///
+    /// Cancellation safe: dropped mid-read, the read finishes on its thread and is discarded.
+    async fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
+        let reader = Arc::clone(&self.reader);
+        let read = tokio::task::spawn_blocking(move || {
+            reader
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .read(force)
+        });
+        match read.await {
+            Ok(item) => item,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // The runtime is shutting down: nothing more to say.
+            Err(_) => None,
+        }
     }
 
     /// Starts the notify watch; if it cannot start, says so once and schedules a retry.
