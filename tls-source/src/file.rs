@@ -1,5 +1,6 @@
 //! [`FileSource`]: certificate, key and CA files, followed through symlink swaps.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io::Read as _;
@@ -35,12 +36,19 @@ const STABLE_READ_ATTEMPTS: usize = 3;
 /// - **Symlink-safe.** Every check reads through the configured paths; no resolved target or inode
 ///   is cached. A Kubernetes Secret volume, where the kubelet writes a new timestamped directory
 ///   and renames a `..data` symlink over the old one, is followed on every rotation.
-/// - **Fast path and backstop.** A `notify` watch on the *parent directories* (not the files,
-///   whose watches die when a symlink is swapped) triggers a read within milliseconds of a change,
-///   after a short quiet period that coalesces bursts ([`settle`](FileSourceBuilder::settle)). The
-///   poll ([`poll_interval`](FileSourceBuilder::poll_interval), default 10 s) stays as the
-///   backstop; if the watch cannot start (inotify limits, an unsupported file system), that is
-///   logged once and the source polls.
+/// - **Fast path and backstop.** A `notify` watch on *directories* (not the files, whose watches
+///   die when a symlink is swapped) triggers a read within milliseconds of a change, after a
+///   short quiet period that coalesces bursts ([`settle`](FileSourceBuilder::settle)). The watched
+///   set follows the layout, recomputed after every read: each path's directory, or while it is
+///   missing its nearest existing ancestor (so a directory created late, or removed and laid out
+///   again, is seen); the directory holding a directory symlink on the way; and the directory
+///   each path resolves to (so in-place writes behind the kubelet's `..data` links, or behind a
+///   link into another directory, are seen). The poll
+///   ([`poll_interval`](FileSourceBuilder::poll_interval), default 10 s) stays as the backstop;
+///   what cannot be watched (inotify limits, an unsupported file system) is logged once and
+///   retried with backoff while the source polls.
+/// - **Off the runtime.** Files are read on a blocking thread (`spawn_blocking`), never on a
+///   runtime worker.
 /// - **Cheap when nothing changed.** A SHA-256 of the bytes read is compared with the last one;
 ///   unchanged input is not parsed and yields nothing.
 /// - **No torn pairs.** The files are stat'ed before and after they are read; a read that raced a
@@ -132,7 +140,7 @@ impl FileSourceBuilder {
         self
     }
 
-    /// Whether to watch the parent directories for changes (the fast path). Default: on.
+    /// Whether to watch the files' directories for changes (the fast path). Default: on.
     pub fn notify(mut self, enabled: bool) -> Self {
         self.config.notify = enabled;
         self
@@ -376,13 +384,25 @@ struct Running {
     /// thread to finish and its result to be dropped.
     reader: Arc<Mutex<FileReader>>,
     trigger: Triggered,
-    /// Kept alive for its watch; dropping it stops the watch thread.
-    watcher: Option<RecommendedWatcher>,
-    /// When the watch could not start: the backoff and when to try again.
+    /// The notify watch and what it watches; dropping it stops the watch thread.
+    watch: Option<Watch>,
+    /// When the watch (or part of it) could not be set up: the backoff and when to try again.
     watch_retry: Option<(Backoff, Instant)>,
+    /// The watched set grew: read once more at once, for a change made before the new watch.
+    reread: bool,
     changed: Arc<Notify>,
     interval: tokio::time::Interval,
 }
+
+/// The notify watcher and the directories it watches, each with the identity it had when the
+/// watch was set (a directory removed and re-created is a new one to watch).
+struct Watch {
+    watcher: RecommendedWatcher,
+    watched: BTreeMap<PathBuf, DirId>,
+}
+
+/// What a read yields, and the directories to watch as the layout now stands.
+type Read = (Option<Result<CertBundle, Error>>, BTreeMap<PathBuf, DirId>);
 
 enum Wake {
     Poll,
@@ -416,13 +436,13 @@ impl State {
 
 impl Running {
     fn start(config: Arc<Config>, trigger: Triggered) -> Box<Self> {
-        let changed = Arc::new(Notify::new());
-        let mut running = Box::new(Self {
+        Box::new(Self {
             reader: Arc::new(Mutex::new(FileReader::new(config.clone()))),
             trigger,
-            watcher: None,
+            watch: None,
             watch_retry: None,
-            changed,
+            reread: false,
+            changed: Arc::new(Notify::new()),
             interval: {
                 let mut interval = tokio::time::interval_at(
                     Instant::now() + config.poll_interval,
@@ -432,70 +452,123 @@ impl Running {
                 interval
             },
             config,
-        });
-        if running.config.notify {
-            running.start_watch();
-        }
-        running
+        })
     }
 
     /// Reads the files on a blocking thread, off the runtime's workers (a slow network file
-    /// system never stalls the worker that also runs handshakes).
+    /// system never stalls the worker that also runs handshakes), works out there what to watch
+    /// as the layout now stands, and follows it.
     ///
     /// Cancellation safe: dropped mid-read, the read finishes on its thread and is discarded.
     async fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
         let reader = Arc::clone(&self.reader);
-        let read = tokio::task::spawn_blocking(move || {
-            reader
+        let config = Arc::clone(&self.config);
+        let read = tokio::task::spawn_blocking(move || -> Read {
+            let item = reader
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .read(force)
+                .read(force);
+            let targets = if config.notify {
+                watch_targets(&config)
+            } else {
+                BTreeMap::new()
+            };
+            (item, targets)
         });
         match read.await {
-            Ok(item) => item,
+            Ok((item, targets)) => {
+                if self.config.notify {
+                    self.follow(targets);
+                }
+                item
+            }
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
             // The runtime is shutting down: nothing more to say.
             Err(_) => None,
         }
     }
 
-    /// Starts the notify watch; if it cannot start, says so once and schedules a retry.
-    fn start_watch(&mut self) {
-        match watch(&self.config, self.changed.clone()) {
-            Ok(watcher) => {
+    /// Watches `targets` and nothing else: directories gone or replaced are unwatched, new or
+    /// re-created ones watched. What cannot be watched is said once and retried with backoff.
+    fn follow(&mut self, targets: BTreeMap<PathBuf, DirId>) {
+        if self.watch.is_none() {
+            let changed = Arc::clone(&self.changed);
+            match new_watcher(changed) {
+                Ok(watcher) => {
+                    self.watch = Some(Watch {
+                        watcher,
+                        watched: BTreeMap::new(),
+                    });
+                }
+                Err(err) => return self.watch_failed(&self.config.cert.clone(), &err),
+            }
+        }
+        let Some(watch) = self.watch.as_mut() else {
+            return;
+        };
+        let stale: Vec<PathBuf> = watch
+            .watched
+            .iter()
+            .filter(|(dir, id)| targets.get(*dir) != Some(*id))
+            .map(|(dir, _)| dir.clone())
+            .collect();
+        for dir in stale {
+            // A removed directory's watch is gone already; the error says only that.
+            let _ = watch.watcher.unwatch(&dir);
+            watch.watched.remove(&dir);
+        }
+        let mut failed = None;
+        for (dir, id) in targets {
+            if watch.watched.contains_key(&dir) {
+                continue;
+            }
+            match watch.watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    tracing::debug!(dir = %dir.display(), "watching");
+                    watch.watched.insert(dir, id);
+                    self.reread = true;
+                }
+                Err(err) => failed = Some((dir, err)),
+            }
+        }
+        match failed {
+            Some((dir, err)) => self.watch_failed(&dir, &err),
+            None => {
                 if self.watch_retry.take().is_some() {
                     tracing::info!(cert = %self.config.cert.display(), "watching the certificate directories again");
                 }
-                self.watcher = Some(watcher);
-            }
-            Err(err) => {
-                let (backoff, at) = self.watch_retry.get_or_insert_with(|| {
-                    tracing::warn!(
-                        error = %err,
-                        cert = %self.config.cert.display(),
-                        "cannot watch the certificate directories; polling only, retrying the watch"
-                    );
-                    (
-                        Backoff::new(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX),
-                        Instant::now(),
-                    )
-                });
-                *at = Instant::now() + backoff.next().unwrap_or(WATCH_RETRY_MAX);
             }
         }
     }
 
+    /// Says once that a watch could not be set up, and schedules the next try.
+    fn watch_failed(&mut self, dir: &Path, err: &notify::Error) {
+        let (backoff, at) = self.watch_retry.get_or_insert_with(|| {
+            tracing::warn!(
+                error = %err,
+                dir = %dir.display(),
+                cert = %self.config.cert.display(),
+                "cannot watch the certificate directories; polling meanwhile, retrying the watch"
+            );
+            (
+                Backoff::new(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX),
+                Instant::now(),
+            )
+        });
+        *at = Instant::now() + backoff.next().unwrap_or(WATCH_RETRY_MAX);
+    }
+
     async fn wait(&mut self) -> Wake {
+        if std::mem::take(&mut self.reread) {
+            return Wake::Poll;
+        }
         let retry_at = self.watch_retry.as_ref().map(|(_, at)| *at);
         let wake = tokio::select! {
             _ = self.interval.tick() => Wake::Poll,
             () = self.changed.notified() => Wake::Event,
             () = self.trigger.notified() => Wake::Trigger,
-            () = sleep_until(retry_at), if retry_at.is_some() => {
-                self.start_watch();
-                // A watch that starts now may have missed a change: read.
-                Wake::Poll
-            }
+            // The read that follows sets the watch up again.
+            () = sleep_until(retry_at), if retry_at.is_some() => Wake::Poll,
         };
         if matches!(wake, Wake::Event) {
             // Coalesce a burst: wait until events stop for `settle`, at most 50 settles.
@@ -512,7 +585,7 @@ impl Running {
     }
 }
 
-/// The first wait before a watch that could not start is tried again, and the longest.
+/// The first wait before a watch that could not be set up is tried again, and the longest.
 const WATCH_RETRY_INITIAL: Duration = Duration::from_secs(1);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
 
@@ -523,8 +596,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-fn watch(config: &Config, changed: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+fn new_watcher(changed: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
+    notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
             // Our own reads open the files: ignore opens and read-only closes.
             Ok(event) if is_read_only(&event.kind) => {}
@@ -532,22 +605,73 @@ fn watch(config: &Config, changed: Arc<Notify>) -> notify::Result<RecommendedWat
             // Queue overflow and the like: a read will sort it out.
             Err(_) => changed.notify_one(),
         }
-    })?;
-    let mut dirs: Vec<PathBuf> = Vec::new();
+    })
+}
+
+/// A directory's identity: (device, inode) on Unix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirId(u64, u64);
+
+impl DirId {
+    fn of(dir: &Path) -> Option<Self> {
+        let meta = fs::metadata(dir).ok()?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            Some(Self(meta.dev(), meta.ino()))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = meta;
+            Some(Self(0, 0))
+        }
+    }
+}
+
+/// The directories to watch for the configured paths as the layout stands now: each path's
+/// directory (or, while it is missing, its nearest existing ancestor, to see it appear); the
+/// directory holding a directory symlink on the way (a retargeted link changes there); and the
+/// directory the path really resolves to (in-place writes behind the kubelet's `..data` links,
+/// or behind a link into another directory, happen there). Recomputed after every read.
+fn watch_targets(config: &Config) -> BTreeMap<PathBuf, DirId> {
+    let mut dirs = BTreeMap::new();
+    let mut add = |dir: PathBuf| {
+        let dir = nearest_existing(dir);
+        if let Some(id) = DirId::of(&dir) {
+            dirs.insert(dir, id);
+        }
+    };
     for path in [Some(&config.cert), Some(&config.key), config.ca.as_ref()]
         .into_iter()
         .flatten()
     {
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !dirs.contains(&dir) {
-            watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-            dirs.push(dir);
+        let parent = parent_of(path);
+        if fs::symlink_metadata(&parent).is_ok_and(|m| m.file_type().is_symlink()) {
+            add(parent_of(&parent));
+        }
+        add(parent);
+        if let Ok(real) = fs::canonicalize(path) {
+            add(parent_of(&real));
         }
     }
-    Ok(watcher)
+    dirs
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn nearest_existing(mut dir: PathBuf) -> PathBuf {
+    while !dir.is_dir() {
+        match dir.parent() {
+            Some(up) if !up.as_os_str().is_empty() => dir = up.to_path_buf(),
+            _ => return PathBuf::from("."),
+        }
+    }
+    dir
 }
 
 fn is_read_only(kind: &EventKind) -> bool {
