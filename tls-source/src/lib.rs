@@ -63,7 +63,10 @@ pub use debounce::Debounce;
 pub use dedup::Dedup;
 pub use error::Error;
 pub use fallback::Fallback;
-pub use file::{DEFAULT_POLL_INTERVAL, DEFAULT_SETTLE, FileReader, FileSource, FileSourceBuilder};
+pub use file::{
+    DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, DEFAULT_SETTLE, FileReader, FileSource,
+    FileSourceBuilder,
+};
 pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};
 pub use trigger::Trigger;
