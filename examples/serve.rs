@@ -67,7 +67,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --key PATH         private key file (PEM: PKCS#8, PKCS#1 or SEC1)
   --ca PATH          CA bundle file, reported with the certificate
   --cert-dir DIR     DIR/tls.crt, DIR/tls.key and DIR/ca.crt if present (a mounted Secret)
-  --poll DURATION    how often to check the files without an event (default 10s)
+  --poll DURATION    how often to check the files without an event (default 10s; 10ms to 365d)
   --no-notify        do not watch the directories; poll only
   --k8s-secret NAMESPACE/NAME
                      watch this kubernetes.io/tls Secret through the API (kubeconfig or
@@ -85,7 +85,8 @@ SNI (the certificate chosen above is the default, for every other name):
 
 With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.
   --name NAME                     also for this DNS name or IP address (repeatable)
-  --self-signed-validity DURATION lifetime of each certificate, e.g. 6s or 90d (default 90d);
+  --self-signed-validity DURATION lifetime of each certificate, e.g. 6s or 90d (default 90d;
+                                  1s to 36500d);
                                   renewed when a third remains
   --self-signed-dir DIR           keep the certificate (and CA) in DIR and reuse it on restart
   --self-signed-ca                sign the certificates with a stable CA, shown in the status";
@@ -93,6 +94,29 @@ With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 an
 /// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
 /// (kube's client logs a response body it cannot parse at warn).
 const DEFAULT_LOG_FILTER: &str = "info,kube_client=error,hyper=error,hyper_util=error,h2=error";
+
+/// The poll interval's bounds: below 10 ms a poll is a busy loop; beyond a year, time
+/// arithmetic overflows for nothing.
+const MIN_POLL: (Duration, &str) = (Duration::from_millis(10), "10ms");
+const MAX_POLL: (Duration, &str) = (Duration::from_secs(365 * 24 * 3600), "365d");
+/// The self-signed validity's bounds: renewal needs a second to work with; X.509 dates end in
+/// the year 9999, so a hundred years is plenty.
+const MIN_VALIDITY: (Duration, &str) = (Duration::from_secs(1), "1s");
+const MAX_VALIDITY: (Duration, &str) = (Duration::from_secs(100 * 365 * 24 * 3600), "36500d");
+
+/// Checks that a duration flag is within its bounds (each a value and how to write it).
+fn within(
+    flag: &str,
+    given: &str,
+    value: Duration,
+    (min, min_text): (Duration, &str),
+    (max, max_text): (Duration, &str),
+) -> anyhow::Result<()> {
+    if value < min || value > max {
+        bail!("{flag} {given}: must be between {min_text} and {max_text}");
+    }
+    Ok(())
+}
 
 /// How long the server waits for the first certificate before giving up.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -168,9 +192,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 let v = value()?;
                 poll = humantime::parse_duration(&v)
                     .with_context(|| format!("--poll {v}: not a duration like 10s or 500ms"))?;
-                if poll.is_zero() {
-                    bail!("--poll must be above zero");
-                }
+                within("--poll", &v, poll, MIN_POLL, MAX_POLL)?;
             }
             "--no-notify" => notify = false,
             "--k8s-secret" => {
@@ -190,6 +212,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 let validity = humantime::parse_duration(&v).with_context(|| {
                     format!("--self-signed-validity {v}: not a duration like 6s or 90d")
                 })?;
+                within(
+                    "--self-signed-validity",
+                    &v,
+                    validity,
+                    MIN_VALIDITY,
+                    MAX_VALIDITY,
+                )?;
                 self_signed.validity = Some(validity);
                 self_signed_flags = true;
             }

@@ -284,6 +284,34 @@ async fn bad_arguments_are_explained() {
 }
 
 #[tokio::test]
+async fn durations_out_of_bounds_are_explained_not_panicked_on() {
+    for (args, expected) in [
+        (
+            ["--poll", "18446744073709551615s"],
+            "--poll 18446744073709551615s: must be between 10ms and 365d",
+        ),
+        (
+            ["--poll", "1ns"],
+            "--poll 1ns: must be between 10ms and 365d",
+        ),
+        (
+            ["--self-signed-validity", "3650000d"],
+            "--self-signed-validity 3650000d: must be between 1s and 36500d",
+        ),
+    ] {
+        let out =
+            tokio::time::timeout(PATIENCE, Command::new(example("serve")).args(args).output())
+                .await
+                .unwrap()
+                .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[tokio::test]
 async fn an_invalid_listen_address_is_explained() {
     let dir = tempfile::tempdir().unwrap();
     let out = tokio::time::timeout(
