@@ -112,18 +112,23 @@ async fn a_chain_over_the_byte_limit_is_refused_naming_the_limit() {
     assert_eq!(common::installed(&status), Some(good.fingerprint.as_str()));
 }
 
+/// A leaf for `localhost` whose validity starts in 2 seconds.
+fn valid_in_2s(ca: &TestCa) -> tls_test::TestCert {
+    let now = SystemTime::now();
+    ca.leaf_valid(
+        &["localhost"],
+        now + Duration::from_secs(2),
+        now + Duration::from_secs(86400),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_not_yet_valid_pair_replaced_by_garbage_never_comes_back() {
     let ca = TestCa::new("resurrection");
     let good = ca.leaf(&["localhost"]);
     let h = Harness::kube(&good, Mode::Notify).await;
 
-    let now = SystemTime::now();
-    let future = ca.leaf_valid(
-        &["localhost"],
-        now + Duration::from_secs(2),
-        now + Duration::from_secs(86400),
-    );
+    let future = valid_in_2s(&ca);
     write_kube(&h.kube, &future);
     h.wait_for("rejected as not yet valid", |s| {
         s.last_error
@@ -164,12 +169,7 @@ async fn a_not_yet_valid_pair_left_alone_is_installed_when_it_becomes_valid() {
     let ca = TestCa::new("retry");
     let good = ca.leaf(&["localhost"]);
     let h = Harness::kube(&good, Mode::Notify).await;
-    let now = SystemTime::now();
-    let future = ca.leaf_valid(
-        &["localhost"],
-        now + Duration::from_secs(2),
-        now + Duration::from_secs(86400),
-    );
+    let future = valid_in_2s(&ca);
     write_kube(&h.kube, &future);
     h.expect_served(&future).await;
     assert!(h.status().last_error.is_none());
