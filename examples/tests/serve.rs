@@ -144,10 +144,7 @@ fn kubeconfig(api: &tls_test::KubeApi, dir: &std::path::Path) -> PathBuf {
 
 /// The fingerprint a handshake for `name` is served, `None` if it fails.
 async fn served_for(addr: SocketAddr, name: &str) -> Option<String> {
-    tls_test::probe(addr, name)
-        .await
-        .ok()
-        .map(|s| s.fingerprint)
+    tls_test::served_as(addr, name).await.ok()
 }
 
 fn write(kube: &KubeDir, cert: &TestCert) {

@@ -23,11 +23,9 @@ fn route_fingerprint<'a>(status: &'a Status, key: &str) -> Option<&'a str> {
         .map(|c| c.fingerprint_sha256.as_str())
 }
 
+/// The fingerprint `server` serves for `name`, `None` if the handshake fails.
 async fn served_for(server: &TestServer, name: &str) -> Option<String> {
-    tls_test::probe(server.addr(), name)
-        .await
-        .ok()
-        .map(|s| s.fingerprint)
+    tls_test::served_as(server.addr(), name).await.ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{kube_source, route_installed, served_for, write_kube};
+use common::{kube_source, route_installed, write_kube};
 use tls_reload::Reloader;
+use tls_test::served_as as served_for;
 use tls_test::{PATIENCE, TestCa, TestCert, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,10 +57,18 @@ pub async fn wait_for<T: std::fmt::Debug + Clone>(
 /// # Panics
 /// If the handshake fails.
 pub async fn served(addr: std::net::SocketAddr) -> String {
-    probe(addr, "localhost")
+    served_as(addr, "localhost").await.expect("handshake")
+}
+
+/// The fingerprint of the certificate a fresh handshake with `addr` for `server_name` (SNI; an
+/// IP address sends none) is served.
+///
+/// # Errors
+/// Connection and handshake failures: what a client of a server that refuses the name sees.
+pub async fn served_as(addr: std::net::SocketAddr, server_name: &str) -> std::io::Result<String> {
+    probe(addr, server_name)
         .await
-        .expect("handshake")
-        .fingerprint
+        .map(|served| served.fingerprint)
 }
 
 /// Waits until `installed` reads `cert`'s fingerprint from `rx` (what a reloader says it

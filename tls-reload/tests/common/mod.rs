@@ -161,14 +161,6 @@ pub fn kube_source(parent: &std::path::Path, name: &str, cert: &TestCert) -> (Ku
     (kube, source)
 }
 
-/// The fingerprint a handshake for `server_name` is served, or the handshake's error.
-pub async fn served_for(addr: std::net::SocketAddr, server_name: &str) -> Result<String, String> {
-    tls_test::probe(addr, server_name)
-        .await
-        .map(|served| served.fingerprint)
-        .map_err(|e| e.to_string())
-}
-
 /// The fingerprint a route's status says is installed.
 pub fn route_installed<'a>(status: &'a Status, route: &str) -> Option<&'a str> {
     status
