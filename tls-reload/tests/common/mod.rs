@@ -120,6 +120,31 @@ impl Harness {
         tls_test::wait_for(self.reloader.status(), what, pred).await
     }
 
+    /// Waits until the last error mentions `expected`, then checks that nothing new was
+    /// installed and that `still` keeps serving. Returns that status.
+    pub async fn expect_refused(
+        &self,
+        expected: &str,
+        still: &TestCert,
+        generation: u64,
+    ) -> Status {
+        let status = self
+            .wait_for(expected, |s| {
+                s.last_error
+                    .as_ref()
+                    .is_some_and(|e| e.to_string().contains(expected))
+            })
+            .await;
+        assert_eq!(status.generation, generation, "nothing new was installed");
+        assert_eq!(installed(&status), Some(still.fingerprint.as_str()));
+        assert_eq!(
+            self.served().await,
+            still.fingerprint,
+            "the last good certificate keeps serving"
+        );
+        status
+    }
+
     /// Waits until `cert` is installed, then checks that a handshake is served it.
     pub async fn expect_served(&self, cert: &TestCert) {
         tls_test::expect_served(self.server.addr(), self.reloader.status(), installed, cert).await;
