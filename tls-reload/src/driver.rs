@@ -43,6 +43,14 @@ enum Input {
     Keyed(usize, Result<Keyed, tls_source::Error>),
 }
 
+/// What an input is about, for latest-wins within a batch: a route of a single source, or a
+/// key of a keyed source. A keyed source's own errors are about no one route.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Target {
+    Route(RouteId),
+    Key(usize, String),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Timer {
     /// A not-yet-valid bundle is tried again.
@@ -220,8 +228,8 @@ impl Driver {
     /// (latest wins), and anything newer for a route cancels its pending retry.
     fn handle(&mut self, batch: Vec<Input>) {
         let target = |input: &Input| match input {
-            Input::Route(id, _) => Some((usize::MAX, id.to_string())),
-            Input::Keyed(source, Ok(keyed)) => Some((*source, keyed.key.clone())),
+            Input::Route(id, _) => Some(Target::Route(*id)),
+            Input::Keyed(source, Ok(keyed)) => Some(Target::Key(*source, keyed.key.clone())),
             Input::Keyed(_, Err(_)) => None,
         };
         let mut last = HashMap::new();
