@@ -19,6 +19,19 @@ use crate::status::{Ended, RouteStatus};
 use crate::tls::{CertResolver, RouteName, Slot, Table};
 use crate::{Error, Status, Validated, Validator};
 
+/// A `tracing` event about a route's certificate, with the fields every such event carries.
+macro_rules! cert_event {
+    ($level:ident, $info:expr, $route:expr, $($rest:tt)+) => {
+        tracing::$level!(
+            fingerprint = %$info.fingerprint_sha256,
+            not_after = %Rfc3339($info.not_after),
+            origin = %$info.origin,
+            route = $route.as_deref(),
+            $($rest)+
+        )
+    };
+}
+
 /// The most items taken from the sources in one go before the latest wins.
 const MAX_BATCH: usize = 64;
 
@@ -431,20 +444,18 @@ impl Driver {
         if matches!(route.kind, Kind::Keyed) {
             status.names.clone_from(&info.dns_names);
         }
-        tracing::info!(
-            fingerprint = %info.fingerprint_sha256,
-            not_after = %Rfc3339(info.not_after),
-            origin = %info.origin,
-            route = route.label.as_deref(),
+        cert_event!(
+            info,
+            info,
+            route.label,
             generation = status.generation,
             "certificate installed"
         );
         if status.expiring {
-            tracing::warn!(
-                fingerprint = %info.fingerprint_sha256,
-                not_after = %Rfc3339(info.not_after),
-                origin = %info.origin,
-                route = route.label.as_deref(),
+            cert_event!(
+                warn,
+                info,
+                route.label,
                 "installed certificate expires soon"
             );
         }
@@ -466,11 +477,10 @@ impl Driver {
                 route.expiring = None;
                 route.status.expiring = true;
                 if let Some(info) = &route.status.current {
-                    tracing::warn!(
-                        fingerprint = %info.fingerprint_sha256,
-                        not_after = %Rfc3339(info.not_after),
-                        origin = %info.origin,
-                        route = route.label.as_deref(),
+                    cert_event!(
+                        warn,
+                        info,
+                        route.label,
                         "the served certificate expires soon and has not been replaced"
                     );
                 }
