@@ -12,8 +12,9 @@
 //! - One certificate, or many by SNI: [`Builder::route`] (exact names and one-label wildcards)
 //!   and [`Builder::routes`] (a [`tls_source::KeyedCertSource`], e.g. Secrets by label selector),
 //!   a default for unknown names or [`Builder::sni_strict`]. One task serves every route.
-//! - Wait-free, allocation-free reads: `resolve` is one atomic load (arc-swap), plus a hash
-//!   lookup of the name with SNI routes.
+//! - Wait-free, allocation-free reads: with one certificate, `resolve` is one atomic load and a
+//!   reference-count increment (a per-thread cache in front of arc-swap); with SNI routes, a hash
+//!   lookup of the name and an arc-swap load.
 //! - [`Reloader::ready`]: accept connections only once every route has a certificate.
 //! - [`Reloader::status`]: a `watch` channel of [`Status`] (fingerprint, names, validity, origin,
 //!   generation, last error, expiring/expired; the same per SNI route).
