@@ -1,0 +1,183 @@
+//! [`FileReader`]: what changed since the last read, and whether it may be passed on yet.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::read::{FileId, Files, PerFile, read_stable};
+use super::{Config, FileSourceBuilder, out_of_descriptors};
+use crate::{CertBundle, Digest, Error, Origin};
+
+/// The reading half of a [`FileSource`](super::FileSource), for callers that schedule reads themselves: each
+/// [`check`](Self::check) reads the files through their paths and returns a bundle, an error, or
+/// nothing when the bytes are unchanged since the last check (compared by SHA-256, without
+/// parsing). Made by [`FileSourceBuilder::build_reader`]; the poll and notify settings do not
+/// apply to it.
+///
+/// ```
+/// use tls_source::FileSource;
+///
+/// let mut reader = FileSource::builder("missing.crt", "missing.key").build_reader();
+/// let first = reader.check().expect("the first check always says something");
+/// assert!(first.unwrap_err().to_string().starts_with("cannot read missing.crt"));
+/// assert!(reader.check().is_none(), "the same error is not repeated");
+/// assert!(reader.read_now().is_err(), "unless asked to read now");
+/// ```
+pub struct FileReader {
+    config: Arc<Config>,
+    last_raw: Option<Digest>,
+    /// The files (device, inode) whose content was last passed on: the same files with new
+    /// content were written in place.
+    last_ids: Option<PerFile<FileId>>,
+    /// New content written in place, and when it was first read: passed on once it has stayed
+    /// the same for `in_place_quiet`.
+    unsettled: Option<(Digest, std::time::Instant)>,
+    last_error: Option<String>,
+    /// The last read failed for want of file descriptors (EMFILE, ENFILE): nothing will say
+    /// when they come back, so the source reads again soon.
+    starved: bool,
+    warned_key_mode: bool,
+}
+
+impl FileSourceBuilder {
+    /// Builds only the reading half: a [`FileReader`], with no watch and no poll.
+    pub fn build_reader(self) -> FileReader {
+        FileReader::new(Arc::new(self.config))
+    }
+}
+
+impl fmt::Debug for FileReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileReader")
+            .field("cert", &self.config.cert)
+            .field("key", &self.config.key)
+            .field("ca", &self.config.ca)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileReader {
+    pub(super) fn new(config: Arc<Config>) -> Self {
+        Self {
+            config,
+            last_raw: None,
+            last_ids: None,
+            unsettled: None,
+            last_error: None,
+            starved: false,
+            warned_key_mode: false,
+        }
+    }
+
+    /// Reads the files: `Some(Ok(bundle))` when their content changed (or on the first check),
+    /// `Some(Err(error))` when they cannot be read or decoded (an error is not repeated while
+    /// it stays the same), `None` when nothing changed, or when files changed in place have not
+    /// been quiet for [`in_place_quiet`](FileSourceBuilder::in_place_quiet) yet (check again
+    /// after [`settling`](Self::settling)).
+    pub fn check(&mut self) -> Option<Result<CertBundle, Error>> {
+        self.read(false)
+    }
+
+    /// How long until content written in place has been quiet long enough to be passed on by
+    /// [`check`](Self::check); `None` when nothing is waiting.
+    pub fn settling(&self) -> Option<Duration> {
+        self.unsettled
+            .map(|(_, since)| self.config.in_place_quiet.saturating_sub(since.elapsed()))
+    }
+
+    /// Reads the files and returns what they hold now, changed or not.
+    ///
+    /// # Errors
+    /// Any [`Error`] of reading or decoding, naming the path.
+    pub fn read_now(&mut self) -> Result<CertBundle, Error> {
+        match self.read(true) {
+            Some(item) => item,
+            None => unreachable!("a forced read always yields an item"),
+        }
+    }
+
+    pub(super) fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
+        let read = read_stable(&self.config);
+        self.starved =
+            matches!(&read, Err(Error::Read { source, .. }) if out_of_descriptors(source));
+        let files = match read {
+            Ok(files) => files,
+            Err(err) => {
+                self.last_raw = None;
+                return self.report(err, force);
+            }
+        };
+        if !force && self.last_raw == Some(files.digest) {
+            self.unsettled = None;
+            return None;
+        }
+        if !force && self.last_ids.as_ref() == Some(&files.ids) {
+            // The same files with new content: written in place, maybe still being written.
+            match self.unsettled {
+                Some((digest, since))
+                    if digest == files.digest && since.elapsed() >= self.config.in_place_quiet => {}
+                Some((digest, _)) if digest == files.digest => return None,
+                _ => {
+                    tracing::debug!(cert = %self.config.cert.display(), "files changed in place; waiting until they are quiet");
+                    self.unsettled = Some((files.digest, std::time::Instant::now()));
+                    return None;
+                }
+            }
+        }
+        self.unsettled = None;
+        self.last_ids = Some(files.ids);
+        self.last_raw = Some(files.digest);
+        self.warn_key_mode(&files);
+        let config = &self.config;
+        let origin = Origin::Files {
+            cert: config.cert.clone(),
+            key: config.key.clone(),
+        };
+        let cert_name = config.cert.display().to_string();
+        let key_name = config.key.display().to_string();
+        let ca_name = config.ca.as_ref().map(|p| p.display().to_string());
+        let decoded = config.decoder.bundle(
+            (&cert_name, &files.contents.cert),
+            (&key_name, &files.contents.key),
+            ca_name.as_deref().zip(files.contents.ca.as_deref()),
+            origin,
+        );
+        match decoded {
+            Ok(bundle) => {
+                self.last_error = None;
+                Some(Ok(bundle))
+            }
+            Err(err) => self.report(err, true),
+        }
+    }
+
+    /// Whether the last read failed for want of file descriptors.
+    pub(super) fn starved(&self) -> bool {
+        self.starved
+    }
+
+    /// Passes an error on, unless it repeats the last one and nothing forces it.
+    fn report(&mut self, err: Error, force: bool) -> Option<Result<CertBundle, Error>> {
+        let message = err.to_string();
+        if !force && self.last_error.as_deref() == Some(message.as_str()) {
+            return None;
+        }
+        self.last_error = Some(message);
+        Some(Err(err))
+    }
+
+    fn warn_key_mode(&mut self, files: &Files) {
+        #[cfg(unix)]
+        if !self.warned_key_mode && files.key_mode & 0o077 != 0 {
+            self.warned_key_mode = true;
+            tracing::warn!(
+                path = %self.config.key.display(),
+                mode = format_args!("{:o}", files.key_mode & 0o777),
+                "private key file is readable by group or others; restrict it (chmod 600, or \
+                 defaultMode: 0400 on a Secret volume)"
+            );
+        }
+        #[cfg(not(unix))]
+        let _ = files;
+    }
+}

@@ -1,0 +1,169 @@
+//! Unit tests of the file source; the behaviour through a reloader is in `tls-reload/tests`.
+
+use std::fs;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+
+use super::*;
+
+/// Collects what `tracing` writes in this test binary. A global subscriber: a thread-local
+/// one misses events whose callsite interest another test thread cached first.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn global() -> Self {
+        static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+        LOGS.get_or_init(|| {
+            let logs = Captured::default();
+            let writer = logs.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+            logs
+        })
+        .clone()
+    }
+
+    /// The lines that mention `needle`.
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn warns_once_about_a_key_readable_by_others() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let logs = Captured::global();
+
+    let cert = tls_test::TestCa::new("mode").leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    fs::write(&crt, &cert.cert_pem).unwrap();
+    fs::write(&key, &cert.key_pem).unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut source = FileSource::builder(&crt, &key).notify(false).build();
+    let trigger = source.trigger();
+    source.next().await.unwrap().unwrap();
+    trigger.trigger();
+    source.next().await.unwrap().unwrap();
+    let warnings = logs.lines_with(&key.display().to_string());
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("readable by group or others"),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("mode=644"), "{warnings:?}");
+
+    // A 0600 key draws no warning.
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    fs::write(&crt, &cert.cert_pem).unwrap();
+    fs::write(&key, &cert.key_pem).unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    let mut quiet = FileSource::builder(&crt, &key).notify(false).build();
+    quiet.next().await.unwrap().unwrap();
+    assert!(logs.lines_with(&key.display().to_string()).is_empty());
+}
+
+#[tokio::test]
+async fn unchanged_files_yield_nothing_and_a_repeated_error_is_said_once() {
+    let cert = tls_test::TestCa::new("quiet").leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    fs::write(&crt, &cert.cert_pem).unwrap();
+    fs::write(&key, &cert.key_pem).unwrap();
+    let mut source = FileSource::builder(&crt, &key)
+        .notify(false)
+        .poll_interval(Duration::from_millis(10))
+        .build();
+    let first = source.next().await.unwrap().unwrap();
+    assert_eq!(first.chain().len(), 1);
+    // Several polls pass with nothing new.
+    let idle = tokio::time::timeout(Duration::from_millis(100), source.next()).await;
+    assert!(idle.is_err(), "unchanged files yield nothing");
+    fs::remove_file(&key).unwrap();
+    let err = source.next().await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Read { .. }), "{err}");
+    let repeat = tokio::time::timeout(Duration::from_millis(100), source.next()).await;
+    assert!(repeat.is_err(), "the same error is not repeated every poll");
+    fs::write(&key, &cert.key_pem).unwrap();
+    let back = source.next().await.unwrap().unwrap();
+    assert_eq!(back.digest(), first.digest());
+}
+
+#[tokio::test]
+async fn a_watch_that_cannot_start_is_retried_and_then_delivers() {
+    let cert = tls_test::TestCa::new("later").leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let later = dir.path().join("later");
+    // The poll is an hour away: only the retried watch can deliver in time.
+    let mut source = FileSource::kubernetes_dir(&later)
+        .poll_interval(Duration::from_secs(3600))
+        .build();
+    let first = tokio::time::timeout(Duration::from_secs(20), source.next())
+        .await
+        .expect("a first report")
+        .unwrap();
+    assert!(first.is_err(), "the directory does not exist yet");
+    fs::create_dir(&later).unwrap();
+    fs::write(later.join("tls.crt"), &cert.chain_pem).unwrap();
+    fs::write(later.join("tls.key"), &cert.key_pem).unwrap();
+    let bundle = tokio::time::timeout(Duration::from_secs(20), source.next())
+        .await
+        .expect("the retried watch reads the files")
+        .unwrap()
+        .unwrap();
+    assert_eq!(bundle.chain().len(), 2);
+}
+
+#[tokio::test]
+async fn an_optional_ca_is_read_when_present() {
+    let cert = tls_test::TestCa::new("ca").leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("tls.crt"), &cert.cert_pem).unwrap();
+    fs::write(dir.path().join("tls.key"), &cert.key_pem).unwrap();
+    let mut source = FileSource::kubernetes_dir(dir.path()).notify(false).build();
+    let trigger = source.trigger();
+    assert!(source.next().await.unwrap().unwrap().ca().is_empty());
+    fs::write(dir.path().join("ca.crt"), &cert.ca_pem).unwrap();
+    trigger.trigger();
+    let with_ca = source.next().await.unwrap().unwrap();
+    assert_eq!(with_ca.ca().len(), 1);
+}
+
+#[tokio::test]
+async fn an_oversized_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("big.crt"), dir.path().join("tls.key"));
+    fs::write(&crt, vec![b'a'; 2048]).unwrap();
+    fs::write(&key, b"k").unwrap();
+    let mut source = FileSource::builder(&crt, &key)
+        .max_size(1024)
+        .notify(false)
+        .build();
+    let err = source.next().await.unwrap().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("{} is larger than the limit of 1024 bytes", crt.display())
+    );
+}

@@ -1,0 +1,230 @@
+//! The notify fast path: which directories to watch as the layout stands, and following it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{Config, out_of_descriptors};
+use crate::Backoff;
+
+/// The first wait before a watch that could not be set up is tried again, and the longest.
+const WATCH_RETRY_INITIAL: Duration = Duration::from_secs(1);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// How soon to try again when file descriptors ran out: nothing says when they come back, and a
+/// rotation made meanwhile must be seen within a second of it.
+pub(super) const STARVED_RETRY: Duration = Duration::from_millis(250);
+
+/// The directories to watch as the layout stands: a set of directories with the identity each
+/// had when it was worked out (a directory removed and re-created is a new one).
+pub(super) type Targets = BTreeMap<PathBuf, DirId>;
+
+/// The watch of a running source: the notify watcher, what it watches, and, when part of it
+/// could not be set up, when to try again.
+pub(super) struct Watching {
+    /// Signalled on every event that may be a change; read by the source's loop.
+    pub(super) changed: Arc<Notify>,
+    /// Named in what is logged.
+    cert: PathBuf,
+    /// Dropping the watcher stops its thread.
+    watch: Option<Watch>,
+    retry: Option<(Backoff, Instant)>,
+}
+
+struct Watch {
+    watcher: RecommendedWatcher,
+    watched: Targets,
+}
+
+impl Watching {
+    pub(super) fn new(cert: PathBuf) -> Self {
+        Self {
+            changed: Arc::new(Notify::new()),
+            cert,
+            watch: None,
+            retry: None,
+        }
+    }
+
+    /// When to try again to set up what could not be watched, if anything.
+    pub(super) fn retry_at(&self) -> Option<Instant> {
+        self.retry.as_ref().map(|(_, at)| *at)
+    }
+
+    /// Watches `targets` and nothing else: directories gone or replaced are unwatched, new or
+    /// re-created ones watched. Returns whether anything new is watched (a change made before
+    /// the watch was set is seen only by reading once more). What cannot be watched is said
+    /// once and retried with backoff.
+    pub(super) fn follow(&mut self, targets: Targets) -> bool {
+        if self.watch.is_none() {
+            match new_watcher(Arc::clone(&self.changed)) {
+                Ok(watcher) => {
+                    self.watch = Some(Watch {
+                        watcher,
+                        watched: BTreeMap::new(),
+                    });
+                }
+                Err(err) => {
+                    let cert = self.cert.clone();
+                    self.failed(&cert, &err);
+                    return false;
+                }
+            }
+        }
+        let Some(watch) = self.watch.as_mut() else {
+            return false;
+        };
+        let stale: Vec<PathBuf> = watch
+            .watched
+            .iter()
+            .filter(|(dir, id)| targets.get(*dir) != Some(*id))
+            .map(|(dir, _)| dir.clone())
+            .collect();
+        for dir in stale {
+            // A removed directory's watch is gone already; the error says only that.
+            let _ = watch.watcher.unwatch(&dir);
+            watch.watched.remove(&dir);
+        }
+        let mut grew = false;
+        let mut failed = None;
+        for (dir, id) in targets {
+            if watch.watched.contains_key(&dir) {
+                continue;
+            }
+            match watch.watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    tracing::debug!(dir = %dir.display(), "watching");
+                    watch.watched.insert(dir, id);
+                    grew = true;
+                }
+                Err(err) => failed = Some((dir, err)),
+            }
+        }
+        match failed {
+            Some((dir, err)) => self.failed(&dir, &err),
+            None => {
+                if self.retry.take().is_some() {
+                    tracing::info!(cert = %self.cert.display(), "watching the certificate directories again");
+                }
+            }
+        }
+        grew
+    }
+
+    /// Says once that a watch could not be set up, and schedules the next try: soon when file
+    /// descriptors ran out, with backoff otherwise (inotify limits, an unsupported file system).
+    fn failed(&mut self, dir: &Path, err: &notify::Error) {
+        let (backoff, at) = self.retry.get_or_insert_with(|| {
+            tracing::warn!(
+                error = %err,
+                dir = %dir.display(),
+                cert = %self.cert.display(),
+                "cannot watch the certificate directories; polling meanwhile, retrying the watch"
+            );
+            (
+                Backoff::new(WATCH_RETRY_INITIAL, WATCH_RETRY_MAX),
+                Instant::now(),
+            )
+        });
+        let starved = matches!(&err.kind, notify::ErrorKind::Io(io) if out_of_descriptors(io));
+        let wait = if starved {
+            STARVED_RETRY
+        } else {
+            backoff.next().unwrap_or(WATCH_RETRY_MAX)
+        };
+        *at = Instant::now() + wait;
+    }
+}
+
+fn new_watcher(changed: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
+    notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        match event {
+            // Our own reads open the files: ignore opens and read-only closes.
+            Ok(event) if is_read_only(&event.kind) => {}
+            Ok(_) => changed.notify_one(),
+            // Queue overflow and the like: a read will sort it out.
+            Err(_) => changed.notify_one(),
+        }
+    })
+}
+
+fn is_read_only(kind: &EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
+        EventKind::Access(_) => true,
+        _ => false,
+    }
+}
+
+/// A directory's identity: (device, inode) on Unix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DirId(u64, u64);
+
+impl DirId {
+    fn of(dir: &Path) -> Option<Self> {
+        let meta = fs::metadata(dir).ok()?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            Some(Self(meta.dev(), meta.ino()))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = meta;
+            Some(Self(0, 0))
+        }
+    }
+}
+
+/// The directories to watch for the configured paths as the layout stands now: each path's
+/// directory (or, while it is missing, its nearest existing ancestor, to see it appear); the
+/// directory holding a directory symlink on the way (a retargeted link changes there); and the
+/// directory the path really resolves to (in-place writes behind the kubelet's `..data` links,
+/// or behind a link into another directory, happen there). Blocking: run with the read.
+pub(super) fn targets(config: &Config) -> Targets {
+    let mut dirs = BTreeMap::new();
+    let mut add = |dir: PathBuf| {
+        let dir = nearest_existing(dir);
+        if let Some(id) = DirId::of(&dir) {
+            dirs.insert(dir, id);
+        }
+    };
+    for path in [Some(&config.cert), Some(&config.key), config.ca.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        let parent = parent_of(path);
+        if fs::symlink_metadata(&parent).is_ok_and(|m| m.file_type().is_symlink()) {
+            add(parent_of(&parent));
+        }
+        add(parent);
+        if let Ok(real) = fs::canonicalize(path) {
+            add(parent_of(&real));
+        }
+    }
+    dirs
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn nearest_existing(mut dir: PathBuf) -> PathBuf {
+    while !dir.is_dir() {
+        match dir.parent() {
+            Some(up) if !up.as_os_str().is_empty() => dir = up.to_path_buf(),
+            _ => return PathBuf::from("."),
+        }
+    }
+    dir
+}
