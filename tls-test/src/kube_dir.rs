@@ -51,13 +51,24 @@ impl KubeDir {
     /// # Errors
     /// Any I/O error; the previous generation stays in place if the swap did not happen.
     pub fn write(&self, files: &[(&str, &[u8])]) -> io::Result<()> {
-        let old = fs::read_link(self.dir.join("..data")).ok();
+        let staged = self.stage(files)?;
+        staged.swap()?;
+        staged.finish()
+    }
+
+    /// The first half of [`write`](Self::write): writes the new generation's directory, and
+    /// nothing a reader of the user-visible paths can see yet. Then [`Staged::swap`] makes it
+    /// visible and [`Staged::finish`] tidies up.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    pub fn stage(&self, files: &[(&str, &[u8])]) -> io::Result<Staged> {
         let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let generation = format!("..{secs}.{}.{seq:09}", std::process::id());
+        let generation = PathBuf::from(format!("..{secs}.{}.{seq:09}", std::process::id()));
         let gen_dir = self.dir.join(&generation);
         fs::create_dir(&gen_dir)?;
         for (name, content) in files {
@@ -65,37 +76,12 @@ impl KubeDir {
             fs::write(&path, content)?;
             set_mode(&path, if name.ends_with(".key") { 0o600 } else { 0o644 })?;
         }
-        let tmp = self.dir.join("..data_tmp");
-        let _ = fs::remove_file(&tmp);
-        symlink(Path::new(&generation), &tmp)?;
-        fs::rename(&tmp, self.dir.join("..data"))?;
-        for (name, _) in files {
-            let visible = self.dir.join(name);
-            if fs::symlink_metadata(&visible).is_err() {
-                symlink(&Path::new("..data").join(name), &visible)?;
-            }
-        }
-        // Like the kubelet, remove the user-visible links of files the new set no longer has.
-        if let Some(old) = &old
-            && let Ok(entries) = fs::read_dir(self.dir.join(old))
-        {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let visible = self.dir.join(&name);
-                if !files.iter().any(|(n, _)| name == *n)
-                    && fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
-                {
-                    fs::remove_file(visible)?;
-                }
-            }
-        }
-        if let Some(old) = old {
-            match fs::remove_dir_all(self.dir.join(old)) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                other => other?,
-            }
-        }
-        Ok(())
+        Ok(Staged {
+            dir: self.dir.clone(),
+            old: fs::read_link(self.dir.join("..data")).ok(),
+            generation,
+            names: files.iter().map(|(name, _)| (*name).to_owned()).collect(),
+        })
     }
 
     /// Points `..data` at a directory that does not exist: every file becomes a dangling symlink.
@@ -107,6 +93,64 @@ impl KubeDir {
         let _ = fs::remove_file(&tmp);
         symlink(Path::new("..gone"), &tmp)?;
         fs::rename(&tmp, self.dir.join("..data"))
+    }
+}
+
+/// A generation written by [`KubeDir::stage`], not yet visible.
+#[derive(Debug)]
+#[must_use = "a staged generation is not visible until swapped"]
+pub struct Staged {
+    dir: PathBuf,
+    old: Option<PathBuf>,
+    generation: PathBuf,
+    names: Vec<String>,
+}
+
+impl Staged {
+    /// The one atomic step: points a `..data_tmp` symlink at the new generation and renames it
+    /// over `..data`. Opens no file (it works while file descriptors are exhausted).
+    ///
+    /// # Errors
+    /// Any I/O error; the previous generation stays visible if the rename did not happen.
+    pub fn swap(&self) -> io::Result<()> {
+        let tmp = self.dir.join("..data_tmp");
+        let _ = fs::remove_file(&tmp);
+        symlink(&self.generation, &tmp)?;
+        fs::rename(&tmp, self.dir.join("..data"))
+    }
+
+    /// What the kubelet does after the swap: links for new names, the links of names the new
+    /// set no longer has removed, and the previous generation's directory removed.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    pub fn finish(self) -> io::Result<()> {
+        for name in &self.names {
+            let visible = self.dir.join(name);
+            if fs::symlink_metadata(&visible).is_err() {
+                symlink(&Path::new("..data").join(name), &visible)?;
+            }
+        }
+        if let Some(old) = &self.old
+            && let Ok(entries) = fs::read_dir(self.dir.join(old))
+        {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let visible = self.dir.join(&name);
+                if !self.names.iter().any(|n| name == n.as_str())
+                    && fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
+                {
+                    fs::remove_file(visible)?;
+                }
+            }
+        }
+        if let Some(old) = self.old {
+            match fs::remove_dir_all(self.dir.join(old)) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                other => other?,
+            }
+        }
+        Ok(())
     }
 }
 

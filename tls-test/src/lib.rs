@@ -20,7 +20,7 @@ pub use certs::{
     fixture_pair,
 };
 pub use kube_api::KubeApi;
-pub use kube_dir::{KubeDir, overwrite_in_place, replace_by_rename};
+pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use probe::{Served, https_get, probe, probe_trusting};
 pub use server::TestServer;
 
