@@ -103,7 +103,11 @@ impl FileReader {
         let files = match read {
             Ok(files) => files,
             Err(err) => {
+                // Files that went away and come back are new ones, even where the file system
+                // reuses their inode numbers: not an in-place write.
                 self.last_raw = None;
+                self.last_ids = None;
+                self.unsettled = None;
                 return self.report(err, force);
             }
         };

@@ -28,6 +28,9 @@ pub(super) struct Running {
     trigger: Triggered,
     /// The notify watch; `None` with notify off.
     watching: Option<Watching>,
+    /// What to watch as the layout stood at the last read (empty with notify off), still being
+    /// worked out on the blocking thread; followed before the next wait or read.
+    layout: Option<tokio::task::JoinHandle<Targets>>,
     /// The watched set grew: read once more at once, for a change made before the new watch.
     reread: bool,
     /// When to read again without an event: content written in place is waiting to be quiet,
@@ -36,14 +39,12 @@ pub(super) struct Running {
     interval: tokio::time::Interval,
 }
 
-/// What a read on the blocking thread brings back.
+/// What a read on the blocking thread brings back first.
 struct Read {
     item: Option<Result<CertBundle, Error>>,
     /// How long until content written in place has been quiet long enough.
     settling: Option<Duration>,
     starved: bool,
-    /// The directories to watch as the layout now stands (empty with notify off).
-    targets: Targets,
 }
 
 enum Wake {
@@ -82,6 +83,7 @@ impl Running {
             reader: Arc::new(Mutex::new(FileReader::new(config.clone()))),
             trigger,
             watching: config.notify.then(|| Watching::new(config.cert.clone())),
+            layout: None,
             reread: false,
             read_at: None,
             interval: {
@@ -97,48 +99,70 @@ impl Running {
     }
 
     /// Reads the files on a blocking thread, off the runtime's workers (a slow network file
-    /// system never stalls the worker that also runs handshakes), works out there what to watch
-    /// as the layout now stands, and follows it.
+    /// system never stalls the worker that also runs handshakes). What the read yields comes
+    /// back first; the thread then works out what to watch as the layout now stands, which the
+    /// next [`wait`](Self::wait) follows, so a rotation is passed on without waiting for that.
     ///
     /// Cancellation safe: dropped mid-read, the read finishes on its thread and is discarded.
     async fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
+        self.follow().await;
         let reader = Arc::clone(&self.reader);
         let config = Arc::clone(&self.config);
-        let read = tokio::task::spawn_blocking(move || {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let layout = tokio::task::spawn_blocking(move || {
             let mut reader = reader.lock().unwrap_or_else(PoisonError::into_inner);
-            Read {
+            let read = Read {
                 item: reader.read(force),
                 settling: reader.settling(),
                 starved: reader.starved(),
-                targets: if config.notify {
-                    watch::targets(&config)
-                } else {
-                    Targets::new()
-                },
+            };
+            drop(reader);
+            // The source may be gone already: then nothing is waiting for either.
+            let _ = tx.send(read);
+            if config.notify {
+                watch::targets(&config)
+            } else {
+                Targets::default()
             }
         });
-        match read.await {
-            Ok(read) => {
-                let now = Instant::now();
-                let starved = read.starved.then_some(STARVED_RETRY);
-                self.read_at = read
-                    .settling
-                    .into_iter()
-                    .chain(starved)
-                    .min()
-                    .map(|wait| now + wait);
+        let Ok(read) = rx.await else {
+            // The read panicked (or the runtime is shutting down): say so through the handle.
+            return match layout.await {
+                Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+                _ => None,
+            };
+        };
+        self.layout = Some(layout);
+        let now = Instant::now();
+        let starved = read.starved.then_some(STARVED_RETRY);
+        self.read_at = read
+            .settling
+            .into_iter()
+            .chain(starved)
+            .min()
+            .map(|wait| now + wait);
+        read.item
+    }
+
+    /// Follows the layout the last read worked out, once it is known.
+    async fn follow(&mut self) {
+        let Some(layout) = self.layout.take() else {
+            return;
+        };
+        match layout.await {
+            Ok(targets) => {
                 if let Some(watching) = self.watching.as_mut() {
-                    self.reread |= watching.follow(read.targets);
+                    self.reread |= watching.follow(targets);
                 }
-                read.item
             }
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-            // The runtime is shutting down: nothing more to say.
-            Err(_) => None,
+            // The runtime is shutting down.
+            Err(_) => {}
         }
     }
 
     async fn wait(&mut self) -> Wake {
+        self.follow().await;
         if std::mem::take(&mut self.reread) {
             return Wake::Poll;
         }

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
@@ -21,15 +21,25 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
 /// rotation made meanwhile must be seen within a second of it.
 pub(super) const STARVED_RETRY: Duration = Duration::from_millis(250);
 
-/// The directories to watch as the layout stands: a set of directories with the identity each
-/// had when it was worked out (a directory removed and re-created is a new one).
-pub(super) type Targets = BTreeMap<PathBuf, DirId>;
+/// What to watch as the layout stands.
+#[derive(Debug, Default)]
+pub(super) struct Targets {
+    /// The directories, each with the identity it had when it was worked out (a directory
+    /// removed and re-created is a new one).
+    dirs: BTreeMap<PathBuf, DirId>,
+    /// Every path whose change can change what is read: the configured paths, each symlink met
+    /// resolving them (the kubelet's `..data`) and where it leads, and the resolved files. An
+    /// event is a reason to read only if it names one of these or a directory above one.
+    relevant: Vec<PathBuf>,
+}
 
 /// The watch of a running source: the notify watcher, what it watches, and, when part of it
 /// could not be set up, when to try again.
 pub(super) struct Watching {
     /// Signalled on every event that may be a change; read by the source's loop.
     pub(super) changed: Arc<Notify>,
+    /// [`Targets::relevant`], shared with the watcher's thread, which filters events by it.
+    relevant: Arc<Mutex<Vec<PathBuf>>>,
     /// Named in what is logged.
     cert: PathBuf,
     /// Dropping the watcher stops its thread.
@@ -39,13 +49,14 @@ pub(super) struct Watching {
 
 struct Watch {
     watcher: RecommendedWatcher,
-    watched: Targets,
+    watched: BTreeMap<PathBuf, DirId>,
 }
 
 impl Watching {
     pub(super) fn new(cert: PathBuf) -> Self {
         Self {
             changed: Arc::new(Notify::new()),
+            relevant: Arc::default(),
             cert,
             watch: None,
             retry: None,
@@ -62,8 +73,10 @@ impl Watching {
     /// the watch was set is seen only by reading once more). What cannot be watched is said
     /// once and retried with backoff.
     pub(super) fn follow(&mut self, targets: Targets) -> bool {
+        *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) = targets.relevant;
+        let targets = targets.dirs;
         if self.watch.is_none() {
-            match new_watcher(Arc::clone(&self.changed)) {
+            match new_watcher(Arc::clone(&self.changed), Arc::clone(&self.relevant)) {
                 Ok(watcher) => {
                     self.watch = Some(Watch {
                         watcher,
@@ -87,8 +100,11 @@ impl Watching {
             .map(|(dir, _)| dir.clone())
             .collect();
         for dir in stale {
-            // A removed directory's watch is gone already; the error says only that.
-            let _ = watch.watcher.unwatch(&dir);
+            // A removed directory's watch went with it (unwatching it would only have notify
+            // log that it cannot); a replaced one's is dropped here.
+            if dir.exists() {
+                let _ = watch.watcher.unwatch(&dir);
+            }
             watch.watched.remove(&dir);
         }
         let mut grew = false;
@@ -142,12 +158,30 @@ impl Watching {
     }
 }
 
-fn new_watcher(changed: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
+/// A watcher that wakes the source for events that may change what it reads. Events on other
+/// names (the kubelet's new timestamped directory and `..data_tmp` before the rename, a
+/// neighbour's files) are ignored: a read they woke would only delay the one that matters.
+fn new_watcher(
+    changed: Arc<Notify>,
+    relevant: Arc<Mutex<Vec<PathBuf>>>,
+) -> notify::Result<RecommendedWatcher> {
     notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
             // Our own reads open the files: ignore opens and read-only closes.
             Ok(event) if is_read_only(&event.kind) => {}
-            Ok(_) => changed.notify_one(),
+            Ok(event) => {
+                let relevant = relevant.lock().unwrap_or_else(PoisonError::into_inner);
+                let matters = event.paths.is_empty()
+                    || event.need_rescan()
+                    || event.paths.iter().any(|path| {
+                        let path = absolute(path);
+                        relevant.iter().any(|r| r.starts_with(&path))
+                    });
+                drop(relevant);
+                if matters {
+                    changed.notify_one();
+                }
+            }
             // Queue overflow and the like: a read will sort it out.
             Err(_) => changed.notify_one(),
         }
@@ -183,33 +217,85 @@ impl DirId {
     }
 }
 
-/// The directories to watch for the configured paths as the layout stands now: each path's
-/// directory (or, while it is missing, its nearest existing ancestor, to see it appear); the
-/// directory holding a directory symlink on the way (a retargeted link changes there); and the
-/// directory the path really resolves to (in-place writes behind the kubelet's `..data` links,
-/// or behind a link into another directory, happen there). Blocking: run with the read.
+/// What to watch for the configured paths as the layout stands now: each path's directory (or,
+/// while it is missing, its nearest existing ancestor, to see it appear); the directory holding
+/// a directory symlink on the way (a retargeted link changes there); and the directory the path
+/// really resolves to (in-place writes behind the kubelet's `..data` links, or behind a link
+/// into another directory, happen there). With them, the paths whose events matter. Blocking:
+/// run with the read. All paths are absolute, as the events are.
 pub(super) fn targets(config: &Config) -> Targets {
-    let mut dirs = BTreeMap::new();
+    let mut targets = Targets::default();
     let mut add = |dir: PathBuf| {
         let dir = nearest_existing(dir);
         if let Some(id) = DirId::of(&dir) {
-            dirs.insert(dir, id);
+            targets.dirs.insert(dir, id);
         }
     };
+    let mut relevant = Vec::new();
     for path in [Some(&config.cert), Some(&config.key), config.ca.as_ref()]
         .into_iter()
         .flatten()
     {
-        let parent = parent_of(path);
+        let path = absolute(path);
+        let parent = parent_of(&path);
         if fs::symlink_metadata(&parent).is_ok_and(|m| m.file_type().is_symlink()) {
             add(parent_of(&parent));
         }
         add(parent);
-        if let Ok(real) = fs::canonicalize(path) {
+        if let Ok(real) = fs::canonicalize(&path) {
             add(parent_of(&real));
+            relevant.push(real);
+        }
+        resolution(&path, &mut relevant, 0);
+    }
+    relevant.sort();
+    relevant.dedup();
+    targets.relevant = relevant;
+    targets
+}
+
+/// Pushes `path` and, if resolving it meets a symlink, every path resolving goes through: the
+/// first symlink on the way and, recursively, the path it leads to (lexically normalised).
+fn resolution(path: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+    // Linux follows at most 40 links in one resolution.
+    const MAX_LINKS: usize = 40;
+    out.push(path.to_path_buf());
+    if depth == MAX_LINKS {
+        return;
+    }
+    let mut prefix = PathBuf::new();
+    let mut components = path.components();
+    while let Some(component) = components.next() {
+        prefix.push(component);
+        if matches!(component, Component::Normal(_))
+            && let Ok(target) = fs::read_link(&prefix)
+        {
+            let base = parent_of(&prefix);
+            let mut next = normalize(&base.join(target));
+            next.push(components.as_path());
+            return resolution(&next, out, depth + 1);
         }
     }
-    dirs
+}
+
+/// `path` made absolute against the current directory, without touching the file system.
+fn absolute(path: &Path) -> PathBuf {
+    normalize(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+/// Drops `.` and folds `..` into its parent, lexically.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn parent_of(path: &Path) -> PathBuf {

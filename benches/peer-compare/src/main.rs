@@ -1,0 +1,304 @@
+//! Rotation to serving, measured from outside: each server is its own process, the client is
+//! this one. Ours is the `serve` example (`--cert-dir`, default poll 10 s); the peer is a
+//! tokio-rustls loop on `tls_hot_reload::load_server_config`. For each scenario the time is from
+//! the write (the `..data` rename, or the end of an in-place write) to the first handshake that
+//! gets the new certificate; a scenario not served within the cap is reported as such.
+//!
+//! `peer-compare SERVE_BINARY [SWAPS]`, or `peer-compare --peer-server DIR` (internal).
+
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tls_test::{KubeDir, TestCa, TestCert, overwrite_in_place};
+
+/// How long a scenario may take before it counts as not seen (the peer never polls; ours polls
+/// every 10 s by default, so anything under 10 s is the fast path).
+const CAP: Duration = Duration::from_secs(5);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--peer-server") {
+        return peer_server(Path::new(&args[1]));
+    }
+    let serve = PathBuf::from(
+        args.first()
+            .expect("usage: peer-compare SERVE_BINARY [SWAPS]"),
+    );
+    let swaps: usize = args
+        .get(1)
+        .map_or(30, |n| n.parse().expect("SWAPS is a number"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(compare(&serve, swaps));
+}
+
+/// The peer, as its README shows it: a `ServerConfig` from `load_server_config`, an accept loop.
+fn peer_server(dir: &Path) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = tls_hot_reload::load_server_config(
+            dir.join("tls.key").display().to_string(),
+            dir.join("tls.crt").display().to_string(),
+        )
+        .await;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("listening on https://{}", listener.local_addr().unwrap());
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Server {
+    Ours,
+    Peer,
+}
+
+impl Server {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Ours => "tls-rotation serve",
+            Self::Peer => "tls-hot-reload 0.4.1",
+        }
+    }
+}
+
+/// A server process; killed on drop.
+struct Running {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(server: Server, serve: &Path, dir: &Path) -> Option<Running> {
+    let mut command = match server {
+        Server::Ours => {
+            let mut c = Command::new(serve);
+            c.arg("--cert-dir")
+                .arg(dir)
+                .args(["--listen", "127.0.0.1:0"]);
+            c
+        }
+        Server::Peer => {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.arg("--peer-server").arg(dir);
+            c
+        }
+    };
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(if std::env::var_os("PEER_COMPARE_LOGS").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on https://")?
+        .parse()
+        .ok()?;
+    Some(Running { child, addr })
+}
+
+fn write(kube: &KubeDir, cert: &TestCert) {
+    kube.write(&pair(cert)).unwrap();
+}
+
+fn pair(cert: &TestCert) -> [(&'static str, &[u8]); 2] {
+    [
+        ("tls.crt", cert.chain_pem.as_bytes()),
+        ("tls.key", cert.key_pem.as_bytes()),
+    ]
+}
+
+/// Handshakes until `cert` is served; the time since `since`, or `None` past the cap.
+async fn served(addr: SocketAddr, cert: &TestCert, since: Instant) -> Option<Duration> {
+    loop {
+        if let Ok(seen) = tls_test::probe(addr, "localhost").await
+            && seen.fingerprint == cert.fingerprint
+        {
+            return Some(since.elapsed());
+        }
+        if since.elapsed() > CAP {
+            return None;
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+async fn compare(serve: &Path, swaps: usize) {
+    let ca = TestCa::new("peer compare");
+    let certs: Vec<TestCert> = (0..4).map(|_| ca.leaf(&["localhost"])).collect();
+
+    // 1. The kubelet's `..data` swap, alternating between the two servers.
+    let root = tempfile::tempdir().unwrap();
+    let mut setups = Vec::new();
+    for server in [Server::Ours, Server::Peer] {
+        let kube = KubeDir::new(root.path().join(server.name().replace(' ', "-"))).unwrap();
+        write(&kube, &certs[0]);
+        let running = start(server, serve, kube.path()).expect("server starts");
+        setups.push((server, kube, running, Vec::new()));
+    }
+    for i in 0..swaps * 2 {
+        let (_, kube, running, times) = &mut setups[i % 2];
+        let cert = &certs[1 + (i / 2) % 3];
+        let staged = kube.stage(&pair(cert)).unwrap();
+        let since = Instant::now();
+        staged.swap().unwrap();
+        staged.finish().unwrap();
+        times.push(served(running.addr, cert, since).await);
+    }
+    println!("## kubelet `..data` swap, {swaps} swaps each, alternating");
+    let mut medians = Vec::new();
+    for (server, _, _, times) in &setups {
+        let mut seen: Vec<Duration> = times.iter().flatten().copied().collect();
+        seen.sort();
+        let missed = times.len() - seen.len();
+        let median = percentile(&seen, 0.5);
+        medians.push(median);
+        println!(
+            "{:22} median {}  p90 {}  min {}  max {}  not served within {CAP:?}: {missed}",
+            server.name(),
+            ms(median),
+            ms(percentile(&seen, 0.9)),
+            ms(seen[0]),
+            ms(seen[seen.len() - 1]),
+        );
+    }
+    println!(
+        "ratio (ours / peer, median): {:.2}x",
+        medians[0].as_secs_f64() / medians[1].as_secs_f64()
+    );
+    drop(setups);
+
+    // 2. Layout changes, a fresh server for each.
+    println!("\n## layout changes (time to serve; the cap is {CAP:?})");
+    for scenario in Scenario::ALL {
+        for server in [Server::Ours, Server::Peer] {
+            let outcome = scenario.run(server, serve, &certs).await;
+            println!("{:52} {:22} {outcome}", scenario.name(), server.name());
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Scenario {
+    RemovedAndLaidOutAgain,
+    AppearsAfterStart,
+    InPlaceBehindDataLinks,
+    InPlaceBehindLinkToAnotherDirectory,
+}
+
+impl Scenario {
+    const ALL: [Self; 4] = [
+        Self::RemovedAndLaidOutAgain,
+        Self::AppearsAfterStart,
+        Self::InPlaceBehindDataLinks,
+        Self::InPlaceBehindLinkToAnotherDirectory,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::RemovedAndLaidOutAgain => "directory removed and laid out again",
+            Self::AppearsAfterStart => "certificate directory created after start",
+            Self::InPlaceBehindDataLinks => "in-place write behind the ..data links",
+            Self::InPlaceBehindLinkToAnotherDirectory => {
+                "in-place write to a link target elsewhere"
+            }
+        }
+    }
+
+    async fn run(self, server: Server, serve: &Path, certs: &[TestCert]) -> String {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("tls");
+        let (first, next) = (&certs[0], &certs[1]);
+        let outcome =
+            |t: Option<Duration>| t.map_or_else(|| format!("not served within {CAP:?}"), ms);
+        match self {
+            Self::AppearsAfterStart => {
+                let Some(running) = ({
+                    let (later, serve) = (dir.clone(), serve.to_path_buf());
+                    // Ours waits for its first certificate; the peer cannot start without one.
+                    let start = std::thread::spawn(move || start(server, &serve, &later));
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let kube = KubeDir::new(&dir).unwrap();
+                    write(&kube, next);
+                    let since = Instant::now();
+                    let running = start.join().unwrap();
+                    running.map(|r| (r, since))
+                }) else {
+                    return "does not start without the files".into();
+                };
+                let (running, since) = running;
+                outcome(served(running.addr, next, since).await)
+            }
+            Self::RemovedAndLaidOutAgain => {
+                let kube = KubeDir::new(&dir).unwrap();
+                write(&kube, first);
+                let running = start(server, serve, &dir).expect("server starts");
+                std::fs::remove_dir_all(&dir).unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let kube = KubeDir::new(&dir).unwrap();
+                let staged = kube.stage(&pair(next)).unwrap();
+                let since = Instant::now();
+                staged.swap().unwrap();
+                staged.finish().unwrap();
+                outcome(served(running.addr, next, since).await)
+            }
+            Self::InPlaceBehindDataLinks => {
+                let kube = KubeDir::new(&dir).unwrap();
+                write(&kube, first);
+                let running = start(server, serve, &dir).expect("server starts");
+                let real = |name| std::fs::canonicalize(dir.join(name)).unwrap();
+                overwrite_in_place(&real("tls.key"), next.key_pem.as_bytes()).unwrap();
+                overwrite_in_place(&real("tls.crt"), next.chain_pem.as_bytes()).unwrap();
+                let since = Instant::now();
+                outcome(served(running.addr, next, since).await)
+            }
+            Self::InPlaceBehindLinkToAnotherDirectory => {
+                let elsewhere = root.path().join("elsewhere");
+                std::fs::create_dir_all(&elsewhere).unwrap();
+                std::fs::create_dir_all(&dir).unwrap();
+                for (name, content) in pair(first) {
+                    std::fs::write(elsewhere.join(name), content).unwrap();
+                    std::os::unix::fs::symlink(elsewhere.join(name), dir.join(name)).unwrap();
+                }
+                let running = start(server, serve, &dir).expect("server starts");
+                overwrite_in_place(&elsewhere.join("tls.key"), next.key_pem.as_bytes()).unwrap();
+                overwrite_in_place(&elsewhere.join("tls.crt"), next.chain_pem.as_bytes()).unwrap();
+                let since = Instant::now();
+                outcome(served(running.addr, next, since).await)
+            }
+        }
+    }
+}
