@@ -5,6 +5,7 @@
 //! gets the new certificate; a scenario not served within the cap is reported as such.
 //!
 //! `peer-compare SERVE_BINARY [SWAPS]`, or `peer-compare --peer-server DIR` (internal).
+//! `PEER_COMPARE_LOGS=1` passes the servers' logs through (`RUST_LOG` sets ours).
 
 use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
@@ -116,10 +117,16 @@ fn start(server: Server, serve: &Path, dir: &Path) -> Option<Running> {
         .unwrap();
     let addr = line
         .trim()
-        .strip_prefix("listening on https://")?
-        .parse()
-        .ok()?;
-    Some(Running { child, addr })
+        .strip_prefix("listening on https://")
+        .and_then(|addr| addr.parse().ok());
+    match addr {
+        Some(addr) => Some(Running { child, addr }),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
 }
 
 fn write(kube: &KubeDir, cert: &TestCert) {
