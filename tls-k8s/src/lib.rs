@@ -85,10 +85,10 @@ pub use secrets::{SecretsSource, SecretsSourceBuilder};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The Secret does not exist (at start, or it was deleted while the watch was down).
+    /// The Secret does not exist, and has not existed since the source started.
     #[error("the Secret does not exist; keeping the current certificate until it is created")]
     NotFound,
-    /// The Secret was deleted.
+    /// The Secret was deleted (the watch saw it go, or a relist no longer has it).
     #[error("the Secret was deleted; keeping the current certificate until it is recreated")]
     Deleted,
     /// The Secret lacks the certificate or key.

@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tls_source::{CertBundle, Decoder, Digest, Origin};
 
@@ -28,9 +28,9 @@ pub const CA_CRT: &str = "ca.crt";
 /// where a mounted Secret waits for the kubelet's sync (often a minute) and a `subPath` mount
 /// never updates at all.
 ///
-/// - Built on `kube::runtime::watcher` with a field selector on `metadata.name` and the default
-///   backoff: lists, then watches from the list's resourceVersion, resumes after a dropped
-///   watch, relists after 410 Gone.
+/// - Built on `kube::runtime::watcher::watch_object` (the watcher with a field selector on
+///   `metadata.name`) and the default backoff: lists, then watches from the list's
+///   resourceVersion, resumes after a dropped watch, relists after 410 Gone.
 /// - Yields only when `tls.crt`, `tls.key` or `ca.crt` change, not on label, annotation or other
 ///   metadata changes. The bundle's origin names `namespace/name` and the resourceVersion.
 /// - Needs `get`, `list` and `watch` on that one Secret; see the crate docs for the Role.
@@ -131,17 +131,17 @@ impl SecretSourceBuilder {
     /// Builds the source. Nothing is requested until the stream is first polled.
     pub fn build(self) -> SecretSource {
         let api = api(self.client, &self.namespace);
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let mut state = State {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             keys: self.keys,
             decoder: self.decoder,
             last: None,
-            seen_in_init: false,
-            missing_reported: false,
+            present: None,
         };
-        let inner = watcher::watcher(api, config)
+        // `watch_object`: the watcher with a field selector on the name, `None` when the
+        // Secret is deleted or missing from a (re)list.
+        let inner = watcher::watch_object(api, &self.name)
             .default_backoff()
             .filter_map(move |event| futures::future::ready(state.handle(event)))
             .boxed();
@@ -199,10 +199,9 @@ struct State {
     /// The digest of the certificate data last passed on (a bundle or a decoding error);
     /// `None` after any error, so that the same data afterwards is passed on again.
     last: Option<Digest>,
-    /// Whether the Secret appeared in the current initial list.
-    seen_in_init: bool,
-    /// Whether "does not exist" was said since the Secret was last seen.
-    missing_reported: bool,
+    /// Whether the Secret was there when last heard of: `None` before the first list, then
+    /// whether it exists. Its absence is said once, as "deleted" once it had been seen.
+    present: Option<bool>,
 }
 
 pub(crate) type Item = Result<CertBundle, tls_source::Error>;
@@ -217,34 +216,17 @@ impl State {
         Some(Err(tls_source::Error::source(self.origin(), err)))
     }
 
-    fn handle(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) -> Option<Item> {
+    fn handle(&mut self, event: Result<Option<DynamicObject>, watcher::Error>) -> Option<Item> {
         match event {
-            Ok(Event::Init) => {
-                self.seen_in_init = false;
-                None
-            }
-            Ok(Event::InitApply(secret) | Event::Apply(secret)) => {
-                if secret.metadata.name.as_deref() != Some(self.name.as_str()) {
-                    return None;
-                }
-                self.seen_in_init = true;
-                self.missing_reported = false;
+            Ok(Some(secret)) => {
+                self.present = Some(true);
                 self.secret(&secret)
             }
-            Ok(Event::InitDone) => {
-                if self.seen_in_init || self.missing_reported {
-                    return None;
-                }
-                self.missing_reported = true;
-                self.report(Error::NotFound)
-            }
-            Ok(Event::Delete(secret)) => {
-                if secret.metadata.name.as_deref() != Some(self.name.as_str()) {
-                    return None;
-                }
-                self.missing_reported = true;
-                self.report(Error::Deleted)
-            }
+            Ok(None) => match self.present.replace(false) {
+                Some(false) => None,
+                Some(true) => self.report(Error::Deleted),
+                None => self.report(Error::NotFound),
+            },
             Err(err) => {
                 tracing::debug!(secret = %self.origin(), error = %err, "watch error; retrying with backoff");
                 let err = Error::from_watcher(err, &self.namespace, &self.name);
