@@ -64,8 +64,7 @@ pub use dedup::Dedup;
 pub use error::Error;
 pub use fallback::Fallback;
 pub use file::{
-    DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, DEFAULT_SETTLE, FileReader, FileSource,
-    FileSourceBuilder,
+    DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, FileReader, FileSource, FileSourceBuilder,
 };
 pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};

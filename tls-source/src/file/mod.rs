@@ -27,11 +27,6 @@ use state::State;
 /// The default poll interval: 10 seconds.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The default [`FileSourceBuilder::settle`]: none. An event is followed by a read at once: an
-/// atomic replacement (the kubelet's `..data` swap, a rename over a file) is complete when it is
-/// seen, and content written in place waits for [`DEFAULT_IN_PLACE_QUIET`] anyway.
-pub const DEFAULT_SETTLE: Duration = Duration::ZERO;
-
 /// The default [`FileSourceBuilder::in_place_quiet`]: 100 ms, ten times the slowest
 /// line-by-line writer seen in black-box tests (a line every 3 to 10 ms), while a `cp` of a
 /// whole chain takes well under a millisecond. Atomic replacements never wait for it.
@@ -44,9 +39,10 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   is cached. A Kubernetes Secret volume, where the kubelet writes a new timestamped directory
 ///   and renames a `..data` symlink over the old one, is followed on every rotation.
 /// - **Fast path and backstop.** A `notify` watch on *directories* (not the files, whose watches
-///   die when a symlink is swapped) triggers a read at once (no quiet period by default; see
-///   [`settle`](FileSourceBuilder::settle)), so a kubelet swap is served well under a
-///   millisecond after the rename. The watched
+///   die when a symlink is swapped) triggers a read at once, on the watcher's own thread, for
+///   events on the paths that matter (the configured paths, the links met resolving them, the
+///   files they resolve to), so a kubelet swap is served well under a millisecond after the
+///   rename: an atomic replacement is complete when it is seen. The watched
 ///   set follows the layout, recomputed after every read: each path's directory, or while it is
 ///   missing its nearest existing ancestor (so a directory created late, or removed and laid out
 ///   again, is seen); the directory holding a directory symlink on the way; and the directory
@@ -57,8 +53,8 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   retried with backoff while the source polls; when file descriptors ran out (EMFILE,
 ///   ENFILE), the watch and the read are tried again every 250 ms, so a rotation made meanwhile
 ///   is seen within a second of their return.
-/// - **Off the runtime.** Files are read on a blocking thread (`spawn_blocking`), never on a
-///   runtime worker.
+/// - **Off the runtime.** Files are read on the watcher's thread or a blocking thread
+///   (`spawn_blocking`), never on a runtime worker.
 /// - **Cheap when nothing changed.** A SHA-256 of the bytes read is compared with the last one;
 ///   unchanged input is not parsed and yields nothing.
 /// - **Nothing read half-way.** The files are stat'ed before and after they are read; a read that
@@ -122,7 +118,6 @@ struct Config {
     ca_required: bool,
     poll_interval: Duration,
     notify: bool,
-    settle: Duration,
     in_place_quiet: Duration,
     decoder: Decoder,
 }
@@ -158,16 +153,6 @@ impl FileSourceBuilder {
     /// Whether to watch the files' directories for changes (the fast path). Default: on.
     pub fn notify(mut self, enabled: bool) -> Self {
         self.config.notify = enabled;
-        self
-    }
-
-    /// A quiet period after a file-system event before reading, to coalesce a burst of events
-    /// into one read (events keep extending it, up to 50 times the period). Default:
-    /// [`DEFAULT_SETTLE`], none: every event is followed by a read at once (an unchanged read
-    /// costs a stat, a read and a SHA-256, and yields nothing). Writers that write in place are
-    /// handled by [`in_place_quiet`](Self::in_place_quiet), not by this.
-    pub fn settle(mut self, quiet: Duration) -> Self {
-        self.config.settle = quiet;
         self
     }
 
@@ -227,7 +212,6 @@ impl FileSource {
                 ca_required: false,
                 poll_interval: DEFAULT_POLL_INTERVAL,
                 notify: true,
-                settle: DEFAULT_SETTLE,
                 in_place_quiet: DEFAULT_IN_PLACE_QUIET,
                 decoder: Decoder::new(),
             },

@@ -1,9 +1,16 @@
-//! The running source: a `futures::stream::unfold` state machine that waits for an event, the
-//! poll, a trigger or a timer, reads on a blocking thread, and follows the layout.
+//! The running source: a `futures::stream::unfold` state machine. Reads happen off the runtime:
+//! on the watcher's own thread right after an event (no hop to another thread on the way to a
+//! rotation), or on a blocking thread for the poll, a trigger or a timer. Every read sends what
+//! it found down one channel while it holds the reader, so what it found arrives in the order
+//! the reads happened and a slower, older read never overtakes a newer one.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Config;
@@ -11,6 +18,8 @@ use super::reader::FileReader;
 use super::watch::{self, STARVED_RETRY, Targets, Watching};
 use crate::trigger::Triggered;
 use crate::{CertBundle, Error};
+
+type Item = Result<CertBundle, Error>;
 
 pub(super) enum State {
     Start {
@@ -21,56 +30,88 @@ pub(super) enum State {
 }
 
 pub(super) struct Running {
-    config: Arc<Config>,
-    /// Shared with the blocking thread that reads: dropping the source mid-read leaves that
-    /// thread to finish and its result to be dropped.
-    reader: Arc<Mutex<FileReader>>,
+    reads: Reads,
+    found: mpsc::UnboundedReceiver<Found>,
     trigger: Triggered,
     /// The notify watch; `None` with notify off.
     watching: Option<Watching>,
-    /// What to watch as the layout stood at the last read (empty with notify off), still being
-    /// worked out on the blocking thread; followed before the next wait or read.
-    layout: Option<tokio::task::JoinHandle<Targets>>,
-    /// The watched set grew: read once more at once, for a change made before the new watch.
-    reread: bool,
     /// When to read again without an event: content written in place is waiting to be quiet,
     /// or the last read ran out of file descriptors.
     read_at: Option<Instant>,
     interval: tokio::time::Interval,
 }
 
-/// What a read on the blocking thread brings back first.
-struct Read {
-    item: Option<Result<CertBundle, Error>>,
-    /// How long until content written in place has been quiet long enough.
-    settling: Option<Duration>,
-    starved: bool,
+/// What makes a read, from any thread: the reader (one read at a time) and where what it found
+/// goes. Cloned into the watcher's event handler.
+#[derive(Clone)]
+pub(super) struct Reads {
+    config: Arc<Config>,
+    reader: Arc<Mutex<FileReader>>,
+    found: mpsc::UnboundedSender<Found>,
+    /// [`Targets::relevant`](watch::Targets) as of the last read: the watcher's thread filters
+    /// events by it. Set by the read itself, so the events of a rotation's clean-up (the old
+    /// generation removed) no longer count once the read saw the new one.
+    relevant: Arc<Mutex<Vec<PathBuf>>>,
 }
 
-enum Wake {
-    Poll,
-    Event,
-    Trigger,
+/// What a read found, in the order reads happen.
+enum Found {
+    Read {
+        item: Option<Item>,
+        /// How long until content written in place has been quiet long enough.
+        settling: Option<Duration>,
+        starved: bool,
+    },
+    /// What to watch as the layout stood at that read (with notify on).
+    Layout(Targets),
+    Panicked(Box<dyn Any + Send>),
+}
+
+impl Reads {
+    /// Reads the files on the calling thread, which must not be a runtime worker, and sends
+    /// what it found. If the source is gone, it is discarded.
+    pub(super) fn read(&self, force: bool) {
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = self.found.send(Found::Read {
+                item: reader.read(force),
+                settling: reader.settling(),
+                starved: reader.starved(),
+            });
+            if self.config.notify {
+                let mut targets = watch::targets(&self.config);
+                *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
+                    std::mem::take(&mut targets.relevant);
+                // Still holding the reader: layouts arrive in the order of their reads.
+                let _ = self.found.send(Found::Layout(targets));
+            }
+        }));
+        if let Err(panic) = read {
+            let _ = self.found.send(Found::Panicked(panic));
+        }
+    }
+
+    /// The paths whose events matter, as of the last read.
+    pub(super) fn relevant(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.relevant.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads on a blocking thread (`spawn_blocking`), off the runtime's workers: a slow network
+    /// file system never stalls the worker that also runs handshakes.
+    fn spawn(&self, force: bool) {
+        let reads = self.clone();
+        drop(tokio::task::spawn_blocking(move || reads.read(force)));
+    }
 }
 
 impl State {
-    pub(super) async fn step(self) -> Option<(Result<CertBundle, Error>, Self)> {
+    pub(super) async fn step(self) -> Option<(Item, Self)> {
         let mut running = match self {
-            Self::Start { config, trigger } => {
-                let mut running = Running::start(config, trigger);
-                if let Some(item) = running.read(false).await {
-                    return Some((item, Self::Running(running)));
-                }
-                running
-            }
+            Self::Start { config, trigger } => Running::start(&config, trigger),
             Self::Running(running) => running,
         };
         loop {
-            let force = match running.wait().await {
-                Wake::Poll | Wake::Event => false,
-                Wake::Trigger => true,
-            };
-            if let Some(item) = running.read(force).await {
+            if let Some(item) = running.turn().await {
                 return Some((item, Self::Running(running)));
             }
         }
@@ -78,13 +119,22 @@ impl State {
 }
 
 impl Running {
-    fn start(config: Arc<Config>, trigger: Triggered) -> Box<Self> {
-        Box::new(Self {
+    fn start(config: &Arc<Config>, trigger: Triggered) -> Box<Self> {
+        let (tx, found) = mpsc::unbounded_channel();
+        let reads = Reads {
             reader: Arc::new(Mutex::new(FileReader::new(config.clone()))),
+            config: config.clone(),
+            found: tx,
+            relevant: Arc::default(),
+        };
+        reads.spawn(false);
+        Box::new(Self {
+            watching: config
+                .notify
+                .then(|| Watching::new(config.cert.clone(), reads.clone())),
+            reads,
+            found,
             trigger,
-            watching: config.notify.then(|| Watching::new(config.cert.clone())),
-            layout: None,
-            reread: false,
             read_at: None,
             interval: {
                 let mut interval = tokio::time::interval_at(
@@ -94,109 +144,55 @@ impl Running {
                 interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
                 interval
             },
-            config,
         })
     }
 
-    /// Reads the files on a blocking thread, off the runtime's workers (a slow network file
-    /// system never stalls the worker that also runs handshakes). What the read yields comes
-    /// back first; the thread then works out what to watch as the layout now stands, which the
-    /// next [`wait`](Self::wait) follows, so a rotation is passed on without waiting for that.
-    ///
-    /// Cancellation safe: dropped mid-read, the read finishes on its thread and is discarded.
-    async fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
-        self.follow().await;
-        let reader = Arc::clone(&self.reader);
-        let config = Arc::clone(&self.config);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let layout = tokio::task::spawn_blocking(move || {
-            let mut reader = reader.lock().unwrap_or_else(PoisonError::into_inner);
-            let read = Read {
-                item: reader.read(force),
-                settling: reader.settling(),
-                starved: reader.starved(),
-            };
-            drop(reader);
-            // The source may be gone already: then nothing is waiting for either.
-            let _ = tx.send(read);
-            if config.notify {
-                watch::targets(&config)
-            } else {
-                Targets::default()
-            }
-        });
-        let Ok(read) = rx.await else {
-            // The read panicked (or the runtime is shutting down): say so through the handle.
-            return match layout.await {
-                Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-                _ => None,
-            };
-        };
-        self.layout = Some(layout);
-        let now = Instant::now();
-        let starved = read.starved.then_some(STARVED_RETRY);
-        self.read_at = read
-            .settling
-            .into_iter()
-            .chain(starved)
-            .min()
-            .map(|wait| now + wait);
-        read.item
-    }
-
-    /// Follows the layout the last read worked out, once it is known.
-    async fn follow(&mut self) {
-        let Some(layout) = self.layout.take() else {
-            return;
-        };
-        match layout.await {
-            Ok(targets) => {
-                if let Some(watching) = self.watching.as_mut() {
-                    self.reread |= watching.follow(targets);
-                }
-            }
-            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-            // The runtime is shutting down.
-            Err(_) => {}
-        }
-    }
-
-    async fn wait(&mut self) -> Wake {
-        self.follow().await;
-        if std::mem::take(&mut self.reread) {
-            return Wake::Poll;
-        }
-        let changed = self.watching.as_ref().map(|w| Arc::clone(&w.changed));
-        // A watch that could not be set up is tried again by the read that follows.
+    /// Waits for one thing to happen and handles it: what a read found (the item to pass on,
+    /// if any), or a reason to read (the poll, a trigger, a timer).
+    async fn turn(&mut self) -> Option<Item> {
         let retry_at = self.watching.as_ref().and_then(Watching::retry_at);
-        let wake = tokio::select! {
-            _ = self.interval.tick() => Wake::Poll,
-            () = notified(changed.as_deref()) => Wake::Event,
-            () = self.trigger.notified() => Wake::Trigger,
-            () = sleep_until(retry_at), if retry_at.is_some() => Wake::Poll,
-            () = sleep_until(self.read_at), if self.read_at.is_some() => Wake::Poll,
-        };
-        if let (Wake::Event, Some(changed)) = (&wake, changed)
-            && !self.config.settle.is_zero()
-        {
-            // Coalesce a burst: wait until events stop for `settle`, at most 50 settles.
-            let deadline = Instant::now() + self.config.settle * 50;
-            loop {
-                let quiet = Instant::now() + self.config.settle;
-                tokio::select! {
-                    () = tokio::time::sleep_until(quiet.min(deadline)) => break,
-                    () = changed.notified() => {}
+        tokio::select! {
+            biased;
+            found = self.found.recv() => match found? {
+                Found::Read { item, settling, starved } => {
+                    let now = Instant::now();
+                    let starved = starved.then_some(STARVED_RETRY);
+                    self.read_at = settling.into_iter().chain(starved).min().map(|wait| now + wait);
+                    item
                 }
+                Found::Layout(targets) => {
+                    // A change made before a new watch was set is seen only by reading again.
+                    if let Some(watching) = self.watching.as_mut()
+                        && watching.follow(targets)
+                    {
+                        self.reads.spawn(false);
+                    }
+                    None
+                }
+                Found::Panicked(panic) => std::panic::resume_unwind(panic),
+            },
+            () = self.trigger.notified() => {
+                self.reads.spawn(true);
+                None
+            }
+            _ = self.interval.tick() => {
+                self.reads.spawn(false);
+                None
+            }
+            () = sleep_until(self.read_at), if self.read_at.is_some() => {
+                self.read_at = None;
+                self.reads.spawn(false);
+                None
+            }
+            // The read's layout sets the watch up again.
+            () = sleep_until(retry_at), if retry_at.is_some() => {
+                if let Some(watching) = self.watching.as_mut() {
+                    watching.retrying();
+                }
+                self.reads.spawn(false);
+                None
             }
         }
-        wake
-    }
-}
-
-async fn notified(changed: Option<&tokio::sync::Notify>) {
-    match changed {
-        Some(changed) => changed.notified().await,
-        None => std::future::pending().await,
     }
 }
 

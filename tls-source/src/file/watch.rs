@@ -3,13 +3,12 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::state::Reads;
 use super::{Config, out_of_descriptors};
 use crate::Backoff;
 
@@ -30,16 +29,14 @@ pub(super) struct Targets {
     /// Every path whose change can change what is read: the configured paths, each symlink met
     /// resolving them (the kubelet's `..data`) and where it leads, and the resolved files. An
     /// event is a reason to read only if it names one of these or a directory above one.
-    relevant: Vec<PathBuf>,
+    pub(super) relevant: Vec<PathBuf>,
 }
 
 /// The watch of a running source: the notify watcher, what it watches, and, when part of it
 /// could not be set up, when to try again.
 pub(super) struct Watching {
-    /// Signalled on every event that may be a change; read by the source's loop.
-    pub(super) changed: Arc<Notify>,
-    /// [`Targets::relevant`], shared with the watcher's thread, which filters events by it.
-    relevant: Arc<Mutex<Vec<PathBuf>>>,
+    /// What the watcher's thread reads with, right after an event that may be a change.
+    reads: Reads,
     /// Named in what is logged.
     cert: PathBuf,
     /// Dropping the watcher stops its thread.
@@ -53,10 +50,9 @@ struct Watch {
 }
 
 impl Watching {
-    pub(super) fn new(cert: PathBuf) -> Self {
+    pub(super) fn new(cert: PathBuf, reads: Reads) -> Self {
         Self {
-            changed: Arc::new(Notify::new()),
-            relevant: Arc::default(),
+            reads,
             cert,
             watch: None,
             retry: None,
@@ -68,15 +64,22 @@ impl Watching {
         self.retry.as_ref().map(|(_, at)| *at)
     }
 
+    /// A retry has started (a read, whose layout [`follow`](Self::follow) gets): not due again
+    /// until that says how it went.
+    pub(super) fn retrying(&mut self) {
+        if let Some((_, at)) = self.retry.as_mut() {
+            *at = Instant::now() + WATCH_RETRY_MAX;
+        }
+    }
+
     /// Watches `targets` and nothing else: directories gone or replaced are unwatched, new or
     /// re-created ones watched. Returns whether anything new is watched (a change made before
     /// the watch was set is seen only by reading once more). What cannot be watched is said
     /// once and retried with backoff.
     pub(super) fn follow(&mut self, targets: Targets) -> bool {
-        *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) = targets.relevant;
         let targets = targets.dirs;
         if self.watch.is_none() {
-            match new_watcher(Arc::clone(&self.changed), Arc::clone(&self.relevant)) {
+            match new_watcher(self.reads.clone()) {
                 Ok(watcher) => {
                     self.watch = Some(Watch {
                         watcher,
@@ -158,41 +161,42 @@ impl Watching {
     }
 }
 
-/// A watcher that wakes the source for events that may change what it reads. Events on other
-/// names (the kubelet's new timestamped directory and `..data_tmp` before the rename, a
-/// neighbour's files) are ignored: a read they woke would only delay the one that matters.
-fn new_watcher(
-    changed: Arc<Notify>,
-    relevant: Arc<Mutex<Vec<PathBuf>>>,
-) -> notify::Result<RecommendedWatcher> {
+/// A watcher that reads, on its own thread, right after each event that may change what the
+/// source reads: no hop to another thread on the way to a rotation, which keeps it fast on a
+/// server whose runtime is busy. Events on other names (the kubelet's new timestamped directory
+/// and `..data_tmp` before the rename, the old generation removed after it, a neighbour's files)
+/// are ignored: a read they caused would only delay the one that matters.
+fn new_watcher(reads: Reads) -> notify::Result<RecommendedWatcher> {
     notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        match event {
-            // Our own reads open the files: ignore opens and read-only closes.
-            Ok(event) if is_read_only(&event.kind) => {}
+        let matters = match event {
+            Ok(event) if is_read_only(&event.kind) => false,
             Ok(event) => {
-                let relevant = relevant.lock().unwrap_or_else(PoisonError::into_inner);
-                let matters = event.paths.is_empty()
+                let relevant = reads.relevant();
+                event.paths.is_empty()
                     || event.need_rescan()
                     || event.paths.iter().any(|path| {
                         let path = absolute(path);
                         relevant.iter().any(|r| r.starts_with(&path))
-                    });
-                drop(relevant);
-                if matters {
-                    changed.notify_one();
-                }
+                    })
             }
             // Queue overflow and the like: a read will sort it out.
-            Err(_) => changed.notify_one(),
+            Err(_) => true,
+        };
+        if matters {
+            reads.read(false);
         }
     })
 }
 
+/// Events that cannot change what is read: opens and read-only closes (our own reads cause
+/// them), and on Linux the `Both` half of a rename, which inotify's backend sends after the
+/// `From` and `To` halves it has already sent (one read per rename, not two).
 fn is_read_only(kind: &EventKind) -> bool {
-    use notify::event::{AccessKind, AccessMode};
+    use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
     match kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
         EventKind::Access(_) => true,
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => cfg!(target_os = "linux"),
         _ => false,
     }
 }
