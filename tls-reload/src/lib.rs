@@ -61,6 +61,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "accept")]
+mod accept;
 mod driver;
 mod error;
 mod policy;
@@ -69,6 +71,10 @@ mod status;
 mod tls;
 mod validate;
 
+#[cfg(feature = "accept")]
+pub use accept::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming, IncomingBuilder, TlsConnection,
+};
 pub use error::{Error, NotReady};
 pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,

@@ -64,7 +64,7 @@ pub struct Reloader {
     resolver: Arc<CertResolver>,
     provider: Arc<CryptoProvider>,
     status: watch::Receiver<Status>,
-    token: CancellationToken,
+    pub(crate) token: CancellationToken,
 }
 
 /// Configures a [`Reloader`].

@@ -1,0 +1,498 @@
+//! [`Incoming`]: a stream of established TLS connections from a listener, served with the
+//! reloader's certificates; [`TlsConnection`], one of them.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesUnordered};
+use futures::{FutureExt as _, Stream, StreamExt as _};
+use tls_source::Backoff;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::{NotReady, Reloader};
+
+/// The default [`IncomingBuilder::handshake_timeout`]: 10 seconds.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`IncomingBuilder::max_handshakes`]: 1,024 handshakes in progress at once.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+
+/// The first and the longest pause after an accept error that is not about one connection
+/// (out of file descriptors, out of memory).
+const ACCEPT_BACKOFF_INITIAL: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A stream of established TLS connections, for any server: `while let Some(Ok(conn)) =
+/// incoming.next().await`, `axum::serve(incoming, app)` (feature `axum`), or tonic's
+/// `serve_with_incoming_shutdown(incoming, ..)` (feature `tonic`). Made by
+/// [`Reloader::incoming`] or [`Incoming::builder`].
+///
+/// - **Nothing accepted before a certificate.** The first `accept` waits until
+///   [`Reloader::ready`]: connections wait in the listen backlog rather than hang in a
+///   handshake that cannot complete. If the reloader stops before any certificate was
+///   installed, the stream ends (and says why, at error level).
+/// - **Handshakes in parallel, each with a time-out** ([`handshake_timeout`], default 10 s), at
+///   most [`max_handshakes`] at once (default 1,024; while that many are in progress, new
+///   connections wait in the backlog). A client that never sends its `ClientHello` holds a
+///   slot and a descriptor only until its time-out. A failed handshake is logged at debug
+///   level and skipped: the stream yields only established connections.
+/// - **Accept errors are survived.** Errors about one connection (reset or aborted before it
+///   was accepted) are skipped; others (out of file descriptors, `EMFILE`/`ENFILE`) pause
+///   accepting with backoff (10 ms, doubling, at most 1 s), logged once per episode, and
+///   accepting resumes when descriptors come back.
+/// - **Ends on the cancellation token**: the reloader's (its builder's token, or
+///   [`Reloader::stop`]) unless [`cancellation_token`] gives another. Handshakes in progress
+///   are dropped; connections already yielded are the server's to finish.
+/// - ALPN: `h2` and `http/1.1` by default ([`alpn`] changes it).
+///
+/// The item is `Result<_, Infallible>` so the stream fits APIs that take a stream of results
+/// (tonic); no error is ever yielded, so `let Ok(conn) = item;` needs no error handling.
+///
+/// [`handshake_timeout`]: IncomingBuilder::handshake_timeout
+/// [`max_handshakes`]: IncomingBuilder::max_handshakes
+/// [`cancellation_token`]: IncomingBuilder::cancellation_token
+/// [`alpn`]: IncomingBuilder::alpn
+///
+/// # Example
+/// ```no_run
+/// use futures::StreamExt as _;
+/// use tls_reload::Reloader;
+/// use tls_source::FileSource;
+/// use tokio::io::AsyncWriteExt as _;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let reloader = Reloader::spawn(FileSource::kubernetes_dir("/etc/tls").build())?;
+/// let listener = tokio::net::TcpListener::bind("0.0.0.0:8443").await?;
+/// let mut incoming = reloader.incoming(listener)?;
+/// while let Some(Ok(mut conn)) = incoming.next().await {
+///     tokio::spawn(async move {
+///         let _ = conn.write_all(b"hello\n").await;
+///         let _ = conn.shutdown().await;
+///     });
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct Incoming<IO> {
+    accept: BoxStream<'static, io::Result<(IO, Option<SocketAddr>)>>,
+    accept_ended: bool,
+    local_addr: Option<SocketAddr>,
+    acceptor: TlsAcceptor,
+    handshakes: FuturesUnordered<BoxFuture<'static, Option<TlsConnection<IO>>>>,
+    max_handshakes: usize,
+    handshake_timeout: Duration,
+    /// Until the first certificate is installed.
+    ready: Option<BoxFuture<'static, Result<(), NotReady>>>,
+    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Accepting is paused after an accept error, until this fires.
+    pause: Option<Pin<Box<Sleep>>>,
+    backoff: Backoff,
+    /// Whether the current accept-error episode was logged.
+    said: bool,
+}
+
+/// Configures an [`Incoming`]; made by [`Incoming::builder`].
+#[must_use = "a builder does nothing until `listen` or `serve_stream` is called"]
+pub struct IncomingBuilder {
+    reloader: Reloader,
+    config: Option<rustls::ServerConfig>,
+    alpn: Vec<Vec<u8>>,
+    handshake_timeout: Duration,
+    max_handshakes: usize,
+    token: Option<CancellationToken>,
+}
+
+impl fmt::Debug for IncomingBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IncomingBuilder")
+            .field("alpn", &self.alpn)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_handshakes", &self.max_handshakes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IncomingBuilder {
+    /// How long a handshake may take, from accept to established. Default:
+    /// [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// How many handshakes may be in progress at once; more connections wait in the listen
+    /// backlog. Default: [`DEFAULT_MAX_HANDSHAKES`]. At least 1.
+    pub fn max_handshakes(mut self, max: usize) -> Self {
+        self.max_handshakes = max.max(1);
+        self
+    }
+
+    /// The ALPN protocols offered, most preferred first. Default: `h2`, `http/1.1`. Empty for
+    /// none (a client's ALPN is then ignored).
+    pub fn alpn(mut self, protocols: impl IntoIterator<Item = impl Into<Vec<u8>>>) -> Self {
+        self.alpn = protocols.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The `ServerConfig` to serve with, instead of [`Reloader::server_config`]: for protocol
+    /// versions, session storage or key logging of your own. Put the reloader's resolver in it
+    /// (`with_cert_resolver(reloader.resolver())`), or it will not rotate. Its
+    /// `alpn_protocols` are replaced by [`alpn`](Self::alpn) unless that is set to empty.
+    pub fn server_config(mut self, config: rustls::ServerConfig) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// The token that ends the stream. Default: the reloader's own (cancelled with the token
+    /// given to its builder, or by [`Reloader::stop`]).
+    pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// Accepts from a TCP listener.
+    ///
+    /// # Errors
+    /// If the reloader's provider supports no safe protocol version.
+    pub fn listen(self, listener: TcpListener) -> Result<Incoming<TcpStream>, rustls::Error> {
+        let local_addr = listener.local_addr().ok();
+        let accept = futures::stream::poll_fn(move |cx| {
+            listener
+                .poll_accept(cx)
+                .map(|accepted| Some(accepted.map(|(tcp, peer)| (tcp, Some(peer)))))
+        });
+        let mut incoming = self.serve_stream(accept)?;
+        incoming.local_addr = local_addr;
+        Ok(incoming)
+    }
+
+    /// Accepts from any stream of connections (a Unix socket listener, an in-memory duplex in
+    /// tests): each item is a connection, or an accept error handled as
+    /// [`Incoming`] describes.
+    ///
+    /// # Errors
+    /// If the reloader's provider supports no safe protocol version.
+    pub fn serve_stream<IO, S>(self, connections: S) -> Result<Incoming<IO>, rustls::Error>
+    where
+        S: Stream<Item = io::Result<(IO, Option<SocketAddr>)>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut config = match self.config {
+            Some(config) => config,
+            None => self.reloader.server_config()?,
+        };
+        if !self.alpn.is_empty() {
+            config.alpn_protocols = self.alpn;
+        }
+        let reloader = self.reloader.clone();
+        let token = self.token.unwrap_or_else(|| self.reloader.token.clone());
+        Ok(Incoming {
+            accept: connections.boxed(),
+            accept_ended: false,
+            local_addr: None,
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            handshakes: FuturesUnordered::new(),
+            max_handshakes: self.max_handshakes,
+            handshake_timeout: self.handshake_timeout,
+            ready: Some(async move { reloader.ready().await }.boxed()),
+            cancelled: Box::pin(token.cancelled_owned()),
+            pause: None,
+            backoff: Backoff::new(ACCEPT_BACKOFF_INITIAL, ACCEPT_BACKOFF_MAX),
+            said: false,
+        })
+    }
+}
+
+impl Incoming<TcpStream> {
+    /// Starts configuring an accept stream served with `reloader`'s certificates.
+    pub fn builder(reloader: &Reloader) -> IncomingBuilder {
+        IncomingBuilder {
+            reloader: reloader.clone(),
+            config: None,
+            alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
+            token: None,
+        }
+    }
+}
+
+impl<IO> Incoming<IO> {
+    /// The listener's local address (`None` for [`serve_stream`](IncomingBuilder::serve_stream)).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// How many handshakes are in progress.
+    pub fn handshakes_in_progress(&self) -> usize {
+        self.handshakes.len()
+    }
+}
+
+impl Reloader {
+    /// An [`Incoming`] stream of established TLS connections from `listener`, with the
+    /// defaults (see [`Incoming::builder`] for the settings).
+    ///
+    /// # Errors
+    /// If the reloader's provider supports no safe protocol version.
+    pub fn incoming(&self, listener: TcpListener) -> Result<Incoming<TcpStream>, rustls::Error> {
+        Incoming::builder(self).listen(listener)
+    }
+}
+
+/// Whether an accept error concerns one connection only (then the next accept just goes on).
+fn is_connection_error(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+impl<IO> Incoming<IO>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    fn handshake(&self, io: IO, peer: Option<SocketAddr>) {
+        let accept = self.acceptor.accept(io);
+        let timeout = self.handshake_timeout;
+        self.handshakes.push(
+            async move {
+                match tokio::time::timeout(timeout, accept).await {
+                    Ok(Ok(stream)) => Some(TlsConnection { stream, peer }),
+                    Ok(Err(err)) => {
+                        tracing::debug!(peer = ?peer, error = %err, "TLS handshake failed");
+                        None
+                    }
+                    Err(_) => {
+                        tracing::debug!(peer = ?peer, ?timeout, "TLS handshake timed out; connection dropped");
+                        None
+                    }
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    /// Accepts while there is room for handshakes. Returns when accepting is paused (its timer
+    /// armed), the listener ended, the handshakes are full, or the listener has nothing (its
+    /// waker registered).
+    fn poll_accept(&mut self, cx: &mut Context<'_>) {
+        loop {
+            if let Some(pause) = self.pause.as_mut() {
+                if pause.as_mut().poll(cx).is_pending() {
+                    return;
+                }
+                self.pause = None;
+            }
+            if self.accept_ended || self.handshakes.len() >= self.max_handshakes {
+                return;
+            }
+            match self.accept.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok((io, peer)))) => {
+                    if std::mem::take(&mut self.said) {
+                        tracing::info!("accepting connections again");
+                    }
+                    self.backoff.reset();
+                    self.handshake(io, peer);
+                }
+                Poll::Ready(Some(Err(err))) if is_connection_error(&err) => {
+                    tracing::debug!(error = %err, "a connection failed before it was accepted");
+                }
+                Poll::Ready(Some(Err(err))) => {
+                    let wait = self.backoff.next().unwrap_or(ACCEPT_BACKOFF_MAX);
+                    if !std::mem::replace(&mut self.said, true) {
+                        tracing::warn!(error = %err, "cannot accept connections; retrying with backoff");
+                    }
+                    self.pause = Some(Box::pin(tokio::time::sleep(wait)));
+                }
+                Poll::Ready(None) => self.accept_ended = true,
+                Poll::Pending => return,
+            }
+        }
+    }
+}
+
+impl<IO> Stream for Incoming<IO>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Item = Result<TlsConnection<IO>, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.cancelled.as_mut().poll(cx).is_ready() {
+            this.handshakes.clear();
+            return Poll::Ready(None);
+        }
+        if let Some(ready) = this.ready.as_mut() {
+            if let Err(err) = ready!(ready.as_mut().poll(cx)) {
+                tracing::error!(error = %err, "no certificate to serve; not accepting connections");
+                this.accept_ended = true;
+                this.ready = None;
+                return Poll::Ready(None);
+            }
+            this.ready = None;
+        }
+        loop {
+            this.poll_accept(cx);
+            match this.handshakes.poll_next_unpin(cx) {
+                Poll::Ready(Some(Some(conn))) => return Poll::Ready(Some(Ok(conn))),
+                // Failed (logged): room for the next one.
+                Poll::Ready(Some(None)) => {}
+                Poll::Ready(None) if this.accept_ended => return Poll::Ready(None),
+                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<IO> fmt::Debug for Incoming<IO> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Incoming")
+            .field("local_addr", &self.local_addr)
+            .field("handshakes_in_progress", &self.handshakes.len())
+            .field("ready", &self.ready.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+// ===== TlsConnection =====
+
+/// An established TLS connection from an [`Incoming`] stream: read and write it like the
+/// underlying IO.
+pub struct TlsConnection<IO> {
+    stream: TlsStream<IO>,
+    peer: Option<SocketAddr>,
+}
+
+impl<IO> TlsConnection<IO> {
+    /// The client's address, when the listener knows it.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// The server name (SNI) the client asked for.
+    pub fn server_name(&self) -> Option<&str> {
+        self.stream.get_ref().1.server_name()
+    }
+
+    /// The ALPN protocol agreed on, if any (`b"h2"`, `b"http/1.1"`).
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        self.stream.get_ref().1.alpn_protocol()
+    }
+
+    /// The TLS stream, for everything else rustls knows about the connection.
+    pub fn get_ref(&self) -> &TlsStream<IO> {
+        &self.stream
+    }
+
+    /// The TLS stream, and the client's address.
+    pub fn into_inner(self) -> (TlsStream<IO>, Option<SocketAddr>) {
+        (self.stream, self.peer)
+    }
+}
+
+impl<IO> fmt::Debug for TlsConnection<IO> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConnection")
+            .field("peer", &self.peer)
+            .field("server_name", &self.server_name())
+            .field(
+                "alpn",
+                &self.alpn_protocol().map(String::from_utf8_lossy),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+// ===== framework glue =====
+
+#[cfg(feature = "axum")]
+impl axum::serve::Listener for Incoming<TcpStream> {
+    type Io = TlsConnection<TcpStream>;
+    type Addr = SocketAddr;
+
+    /// The next established connection. Once the stream has ended (cancelled), never
+    /// returns: stop axum with its graceful shutdown on the same token.
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.next().await {
+                Some(Ok(conn)) => {
+                    if let Some(peer) = conn.peer {
+                        return (conn, peer);
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.local_addr
+            .ok_or_else(|| io::Error::other("the accept stream has no local address"))
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl<IO> tonic::transport::server::Connected for TlsConnection<IO> {
+    type ConnectInfo = Option<SocketAddr>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.peer
+    }
+}
