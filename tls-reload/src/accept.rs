@@ -412,10 +412,7 @@ impl<IO> fmt::Debug for TlsConnection<IO> {
         f.debug_struct("TlsConnection")
             .field("peer", &self.peer)
             .field("server_name", &self.server_name())
-            .field(
-                "alpn",
-                &self.alpn_protocol().map(String::from_utf8_lossy),
-            )
+            .field("alpn", &self.alpn_protocol().map(String::from_utf8_lossy))
             .finish_non_exhaustive()
     }
 }

@@ -150,6 +150,31 @@ type Seen = Arc<Mutex<Vec<CertificateDer<'static>>>>;
 
 /// A client config that accepts any chain (checking the handshake signature against the leaf)
 /// and records the chain it was served.
+/// A client configuration that accepts any certificate (its handshake signatures still checked),
+/// as [`probe`] uses: set ALPN or anything else on it, then [`connect`].
+///
+/// # Panics
+/// If ring supports no safe protocol version.
+pub fn client_config() -> ClientConfig {
+    recording_client().expect("ring supports TLS 1.2 and 1.3").0
+}
+
+/// Connects and completes a TLS handshake with `config`.
+///
+/// # Errors
+/// Connection and handshake failures.
+pub async fn connect(
+    addr: SocketAddr,
+    server_name: &str,
+    config: ClientConfig,
+) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
+    let tcp = TcpStream::connect(addr).await?;
+    TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
 fn recording_client() -> io::Result<(ClientConfig, Seen)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let seen = Seen::default();

@@ -1,0 +1,185 @@
+//! The accept stream, through real sockets and handshakes: nothing accepted before a
+//! certificate, a client that never speaks dropped at the time-out, rotation seen by new
+//! connections, and the end on the token.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use tls_reload::{Incoming, Reloader, TlsConnection};
+use tls_test::TestCa;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use common::{bundle, patiently, provider};
+
+/// Serves every connection from `incoming`: writes the ALPN it agreed on and closes.
+fn serve(mut incoming: Incoming<TcpStream>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(Ok(conn)) = incoming.next().await {
+            tokio::spawn(answer(conn));
+        }
+    })
+}
+
+async fn answer(mut conn: TlsConnection<TcpStream>) {
+    let alpn = conn.alpn_protocol().map(<[u8]>::to_vec).unwrap_or_default();
+    let _ = conn.write_all(&alpn).await;
+    let _ = conn.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_accepted_before_the_first_certificate_then_rotations_are_served() {
+    let ca = TestCa::new("accept");
+    let (first, second) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(rx)
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = reloader.incoming(listener).unwrap();
+    assert_eq!(incoming.local_addr(), Some(addr));
+    let server = serve(incoming);
+
+    // The TCP connection lands in the backlog, but no handshake is answered yet.
+    let early = tokio::spawn(tls_test::probe(addr, "localhost"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!early.is_finished(), "no handshake before a certificate");
+
+    tx.unbounded_send(Ok(bundle(&first))).unwrap();
+    let served = patiently("the waiting client is served", early)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(served.fingerprint, first.fingerprint);
+
+    tx.unbounded_send(Ok(bundle(&second))).unwrap();
+    patiently("the rotation is served to new connections", async {
+        while !tls_test::probe(addr, "localhost")
+            .await
+            .is_ok_and(|s| s.fingerprint == second.fingerprint)
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_says_hello_is_dropped_at_the_time_out_and_others_are_served() {
+    let cert = TestCa::new("slow").leaf(&["localhost"]);
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
+        .unwrap();
+    reloader.ready().await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = Incoming::builder(&reloader)
+        .handshake_timeout(Duration::from_millis(300))
+        .max_handshakes(4)
+        .listen(listener)
+        .unwrap();
+    let server = serve(incoming);
+
+    // More silent clients than handshake slots: while they wait, a real client still gets in
+    // once their time-outs free the slots.
+    let mut silent = Vec::new();
+    for _ in 0..8 {
+        silent.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let served = patiently(
+        "a real client is served",
+        tls_test::probe(addr, "localhost"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(served.fingerprint, cert.fingerprint);
+    let started = Instant::now();
+    for mut tcp in silent {
+        let mut buf = [0u8; 16];
+        let read = patiently("the silent client is dropped", tcp.read(&mut buf)).await;
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "the server closed the connection: {read:?}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    server.abort();
+}
+
+#[tokio::test]
+async fn alpn_is_h2_and_http_1_1_by_default_and_can_be_changed() {
+    let cert = TestCa::new("alpn").leaf(&["localhost"]);
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
+        .unwrap();
+    for (alpn, offered, agreed) in [
+        (None, &[&b"h2"[..], b"http/1.1"][..], &b"h2"[..]),
+        (None, &[&b"http/1.1"[..]][..], &b"http/1.1"[..]),
+        (
+            Some(vec![b"imap".to_vec()]),
+            &[&b"imap"[..]][..],
+            &b"imap"[..],
+        ),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut builder = Incoming::builder(&reloader);
+        if let Some(alpn) = alpn {
+            builder = builder.alpn(alpn);
+        }
+        let server = serve(builder.listen(listener).unwrap());
+        let mut client = tls_test::client_config();
+        client.alpn_protocols = offered.iter().map(|p| p.to_vec()).collect();
+        let mut tls = tls_test::connect(addr, "localhost", client).await.unwrap();
+        let mut said = Vec::new();
+        let _ = tls.read_to_end(&mut said).await;
+        assert_eq!(said, agreed);
+        server.abort();
+    }
+}
+
+#[tokio::test]
+async fn the_stream_ends_on_its_token() {
+    let cert = TestCa::new("end").leaf(&["localhost"]);
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
+        .unwrap();
+    let token = CancellationToken::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut incoming = Incoming::builder(&reloader)
+        .cancellation_token(token.clone())
+        .listen(listener)
+        .unwrap();
+    let next = tokio::spawn(async move { incoming.next().await.is_none() });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!next.is_finished());
+    token.cancel();
+    assert!(patiently("the stream ends", next).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_reloader_that_stops_before_any_certificate_ends_the_stream() {
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(futures::stream::iter([Err(tls_source::Error::source(
+            "test",
+            "no such file",
+        ))]))
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut incoming = reloader.incoming(listener).unwrap();
+    assert!(
+        patiently("the stream ends", incoming.next())
+            .await
+            .is_none()
+    );
+}
