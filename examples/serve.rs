@@ -8,6 +8,8 @@
 //!                              [--k8s-secret NAMESPACE/NAME]
 //!                              [--sni NAME=DIR]... [--sni-strict]
 //!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
+//!                              [--ready-timeout DURATION] [--fail-fast]
+//!                              [--handshake-timeout DURATION]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -26,16 +28,19 @@
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
-//!   finish (up to 10 s), and exit 0.
+//!   finish (up to 10 s), and exit 0; a second SIGINT / SIGTERM exits at once (status 130).
+//! - The port is reserved at start (a busy port fails at once) but connections are refused
+//!   until the first certificate is installed; then the server listens. No certificate within
+//!   `--ready-timeout` (default 30 s), or with `--fail-fast` the first failed read, ends it with
+//!   the error and status 1.
 //!
-//! Prints one line, `listening on https://HOST:PORT`, to stdout once the socket is bound and the
-//! first certificate is installed; logs go to stderr (`RUST_LOG` sets the filter; by default
+//! Prints one line, `listening on https://HOST:PORT`, to stdout once the first certificate is
+//! installed and the socket listens; logs go to stderr (`RUST_LOG` sets the filter; by default
 //! `info`, with third-party HTTP and API clients at `error`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -49,10 +54,9 @@ use hyper_util::service::TowerToHyperService;
 use tls_reload::{Reloader, Status};
 use tls_selfsigned::SelfSigned;
 use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
-use tokio::net::TcpListener;
+use tokio::net::TcpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "\
@@ -61,8 +65,14 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
              [--name NAME]... [--self-signed-validity DURATION] [--self-signed-dir DIR]
              [--self-signed-ca] [--k8s-secret NAMESPACE/NAME]
              [--sni NAME=DIR]... [--sni-strict] [--k8s-secrets NAMESPACE [--selector SELECTOR]]
+             [--ready-timeout DURATION] [--fail-fast] [--handshake-timeout DURATION]
 
   --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
+  --ready-timeout DURATION
+                     give up (status 1) when no certificate is installed by then (default 30s)
+  --fail-fast        give up at once when the first read of the certificate fails
+  --handshake-timeout DURATION
+                     drop a connection whose TLS handshake takes longer (default 10s)
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
   --key PATH         private key file (PEM: PKCS#8, PKCS#1 or SEC1)
   --ca PATH          CA bundle file, reported with the certificate
@@ -118,12 +128,15 @@ fn within(
     Ok(())
 }
 
-/// How long the server waits for the first certificate before giving up.
+/// How long the server waits for the first certificate before giving up, by default.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long in-flight requests get to finish after SIGINT / SIGTERM.
 const GRACE: Duration = Duration::from_secs(10);
-/// How long a TLS handshake may take before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The bounds of `--ready-timeout` and `--handshake-timeout`.
+const MIN_TIMEOUT: (Duration, &str) = (Duration::from_millis(1), "1ms");
+const MAX_TIMEOUT: (Duration, &str) = (Duration::from_secs(24 * 3600), "1d");
+/// The exit status after a second SIGINT / SIGTERM (as a shell reports an interrupt).
+const INTERRUPTED: u8 = 130;
 
 #[derive(Debug, Default)]
 struct SelfSignedArgs {
@@ -163,10 +176,21 @@ struct Args {
     poll: Duration,
     notify: bool,
     sni: Sni,
+    ready_timeout: Duration,
+    fail_fast: bool,
+    handshake_timeout: Duration,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut listen: SocketAddr = "127.0.0.1:8443".parse()?;
+    let (mut ready_timeout, mut fail_fast) = (READY_TIMEOUT, false);
+    let mut handshake_timeout = tls_reload::DEFAULT_HANDSHAKE_TIMEOUT;
+    let timeout = |flag: &str, v: String| -> anyhow::Result<Duration> {
+        let d = humantime::parse_duration(&v)
+            .with_context(|| format!("{flag} {v}: not a duration like 30s or 500ms"))?;
+        within(flag, &v, d, MIN_TIMEOUT, MAX_TIMEOUT)?;
+        Ok(d)
+    };
     let (mut cert, mut key, mut ca, mut dir) = (None, None, None, None);
     let mut secret = None;
     let mut poll = tls_source::DEFAULT_POLL_INTERVAL;
@@ -247,6 +271,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 sni.secrets = Some((v, String::new()));
             }
             "--selector" => selector = Some(value()?),
+            "--ready-timeout" => ready_timeout = timeout("--ready-timeout", value()?)?,
+            "--fail-fast" => fail_fast = true,
+            "--handshake-timeout" => {
+                handshake_timeout = timeout("--handshake-timeout", value()?)?;
+            }
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown argument {other:?}"),
         }
@@ -267,6 +296,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             poll,
             notify,
             sni,
+            ready_timeout,
+            fail_fast,
+            handshake_timeout,
         }));
     }
     if files && self_signed_flags {
@@ -287,6 +319,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         poll,
         notify,
         sni,
+        ready_timeout,
+        fail_fast,
+        handshake_timeout,
     }))
 }
 
@@ -344,28 +379,66 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let reloader = builder.spawn(source)?;
 
-    // Bind first, so a busy port fails at once; announce only once a certificate is installed.
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr()?;
+    // Reserve the port first, so a busy one fails at once; listen (and announce) only once a
+    // certificate is installed: until then connections are refused, not left hanging.
+    let socket = bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     spawn_signal_handler(shutdown.clone(), trigger)?;
     tokio::select! {
-        ready = reloader.ready_timeout(READY_TIMEOUT) => ready?,
+        ready = ready(&reloader, args.ready_timeout, args.fail_fast) => ready?,
         () = shutdown.cancelled() => return Ok(()),
     }
-
-    let mut config = reloader.server_config()?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = socket.listen(1024)?;
+    let addr = listener.local_addr()?;
+    let incoming = tls_reload::Incoming::builder(&reloader)
+        .handshake_timeout(args.handshake_timeout)
+        .cancellation_token(shutdown.clone())
+        .listen(listener)?;
     let app = Router::new()
         .route("/", get(status_json))
         .with_state(reloader.status());
 
     println!("listening on https://{addr}");
-    serve(listener, acceptor, app, &shutdown).await;
+    serve(incoming, app).await;
     reloader.stopped().await;
     Ok(())
+}
+
+/// A socket bound to `addr`, not yet listening.
+fn bind(addr: SocketAddr) -> std::io::Result<TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
+}
+
+/// Waits for the first certificate: at most `timeout`, and with `fail_fast` only until the
+/// first error.
+async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyhow::Result<()> {
+    if !fail_fast {
+        return Ok(reloader.ready_timeout(timeout).await?);
+    }
+    let mut status = reloader.status();
+    let failed = async {
+        let status = status
+            .wait_for(|s| s.ready || s.last_error.is_some() || !s.running)
+            .await
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        match (status.ready, status.last_error) {
+            (false, Some(err)) => Err(anyhow::anyhow!("--fail-fast: {err}")),
+            _ => Ok(()),
+        }
+    };
+    tokio::select! {
+        failed = failed => failed?,
+        ready = reloader.ready_timeout(timeout) => return Ok(ready?),
+    }
+    // Ready, or stopped without a certificate: which one, and why.
+    Ok(reloader.ready_timeout(timeout).await?)
 }
 
 async fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
@@ -418,7 +491,8 @@ async fn kube_client() -> anyhow::Result<kube::Client> {
         .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")
 }
 
-/// SIGHUP re-reads the certificate files; SIGINT and SIGTERM cancel `shutdown`.
+/// SIGHUP re-reads the certificate files; SIGINT and SIGTERM cancel `shutdown`, and a second
+/// one exits at once.
 fn spawn_signal_handler(
     shutdown: CancellationToken,
     trigger: Option<Trigger>,
@@ -428,62 +502,54 @@ fn spawn_signal_handler(
     let mut interrupt = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
         loop {
-            tokio::select! {
-                _ = hangup.recv() => match &trigger {
+            let stop = tokio::select! {
+                _ = hangup.recv() => false,
+                _ = terminate.recv() => true,
+                _ = interrupt.recv() => true,
+            };
+            if !stop {
+                match &trigger {
                     Some(trigger) => {
                         tracing::info!("SIGHUP: re-reading the certificate files");
                         trigger.trigger();
                     }
-                    None => tracing::info!("SIGHUP: nothing to re-read (the source follows changes itself)"),
-                },
-                _ = terminate.recv() => break,
-                _ = interrupt.recv() => break,
-                () = shutdown.cancelled() => return,
+                    None => tracing::info!(
+                        "SIGHUP: nothing to re-read (the source follows changes itself)"
+                    ),
+                }
+                continue;
             }
+            if shutdown.is_cancelled() {
+                tracing::warn!("second signal: exiting now");
+                std::process::exit(i32::from(INTERRUPTED));
+            }
+            tracing::info!(
+                "shutting down: no new connections, {GRACE:?} for in-flight requests (a second signal exits now)"
+            );
+            shutdown.cancel();
         }
-        tracing::info!("shutting down: no new connections, {GRACE:?} for in-flight requests");
-        shutdown.cancel();
     });
     Ok(())
 }
 
-/// Accepts TLS connections until `shutdown`, then waits up to [`GRACE`] for open ones.
-async fn serve(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    app: Router,
-    shutdown: &CancellationToken,
-) {
+/// Serves HTTP on every connection until the stream ends (on shutdown), then waits up to
+/// [`GRACE`] for open ones.
+async fn serve(mut incoming: tls_reload::Incoming<tokio::net::TcpStream>, app: Router) {
+    // Here only: its `boxed` would clash with `CertSourceExt::boxed` above.
+    use futures::StreamExt as _;
     let graceful = GracefulShutdown::new();
-    loop {
-        let (tcp, peer) = tokio::select! {
-            () = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    // E.g. out of file descriptors: back off instead of spinning.
-                    tracing::warn!(error = %err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let (acceptor, app, watcher) = (acceptor.clone(), app.clone(), graceful.watcher());
+    while let Some(Ok(tls)) = incoming.next().await {
+        let (app, watcher, peer) = (app.clone(), graceful.watcher(), tls.peer_addr());
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => return tracing::debug!(%peer, error = %err, "TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-            };
             let builder = auto::Builder::new(TokioExecutor::new());
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(app));
             if let Err(err) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %err, "connection ended with an error");
+                tracing::debug!(?peer, error = %err, "connection ended with an error");
             }
         });
     }
-    drop(listener);
+    drop(incoming);
     match tokio::time::timeout(GRACE, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing the remaining connections"),

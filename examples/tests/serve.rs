@@ -546,3 +546,153 @@ async fn sni_routes_from_secrets_by_label_selector() {
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
 }
+
+/// A free port on loopback (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn connections_are_refused_until_the_first_certificate_then_served() {
+    let cert = TestCa::new("serve refused").leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("later");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = Command::new(example("serve"))
+        .args(["--listen", &listen, "--cert-dir", certs.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The port is bound but nothing listens: refused at once, never a hanging handshake.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let early = tokio::net::TcpStream::connect(&listen).await;
+    assert_eq!(
+        early.map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
+
+    let kube = KubeDir::new(&certs).unwrap();
+    write(&kube, &cert);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, format!("listening on https://{listen}"));
+    let served = tls_test::probe(listen.parse().unwrap(), "localhost")
+        .await
+        .unwrap();
+    assert_eq!(served.fingerprint, cert.fingerprint);
+}
+
+/// Runs `serve` to its end; its exit code, its stderr, and how long it ran.
+async fn run_to_end(args: &[&str]) -> (Option<i32>, String, Duration) {
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("serve"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("serve ends in time")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.stdout.is_empty(), "never announced");
+    (out.status.code(), stderr, started.elapsed())
+}
+
+#[tokio::test]
+async fn no_certificate_within_the_ready_timeout_fails_with_the_error() {
+    let (code, stderr, took) =
+        run_to_end(&["--cert-dir", "/nonexistent/tls", "--ready-timeout", "500ms"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no certificate installed after 500ms"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("/nonexistent/tls/tls.crt"),
+        "names the file: {stderr}"
+    );
+    assert!(took < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn fail_fast_stops_at_the_first_failed_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("tls.key");
+    std::fs::write(&key, TestCa::new("fail fast").leaf(&["localhost"]).key_pem).unwrap();
+    // A mistyped certificate path, and the default 30 s ready time-out: --fail-fast does not wait.
+    let (code, stderr, took) = run_to_end(&[
+        "--cert",
+        "/nonexistent/tls.crtt",
+        "--key",
+        key.to_str().unwrap(),
+        "--fail-fast",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--fail-fast"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/tls.crtt"),
+        "names the file: {stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "did not wait for the time-out: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_sigterm_exits_at_once() {
+    let serve = Serve::start(&[]).await;
+    // A request whose head never completes keeps the graceful stop waiting (up to 10 s).
+    let mut tls = tls_test::connect(serve.addr, "localhost", tls_test::client_config())
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut tls, b"GET / HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    serve.signal("-TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    serve.signal("-TERM");
+    let started = std::time::Instant::now();
+    assert_eq!(serve.exit_code().await, Some(130));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not the 10 s grace"
+    );
+    drop(tls);
+}
+
+#[tokio::test]
+async fn a_port_another_server_listens_on_fails_at_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("serve"))
+            .args(["--listen", &listen])
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {listen}")),
+        "{stderr}"
+    );
+}
