@@ -80,8 +80,17 @@ pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,
 };
 pub use reloader::{Builder, ReloadTask, Reloader};
+/// What the common cases need, so that `tls-reload` is the one dependency line.
+pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status};
 pub use tls::CertResolver;
+#[cfg(feature = "k8s")]
+pub use tls_k8s as k8s;
+#[cfg(feature = "self-signed")]
+pub use tls_selfsigned as selfsigned;
+pub use tls_source as source;
+pub use tls_source::{CertSource, CertSourceExt, FileSource};
+pub use tokio_util::sync::CancellationToken;
 pub use validate::{Validated, Validator};
 
 /// Re-exported so that one dependency line is enough for the common case.
