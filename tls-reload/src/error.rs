@@ -19,10 +19,7 @@ use tls_source::Origin;
 #[non_exhaustive]
 pub enum Error {
     /// No crypto provider was given and none is installed as the process default.
-    #[error(
-        "no rustls crypto provider: pass one to Builder::crypto_provider, or install a process \
-         default, e.g. rustls::crypto::ring::default_provider().install_default()"
-    )]
+    #[error("no rustls crypto provider: {}", crate::tls::PROVIDER_FEATURES)]
     NoCryptoProvider,
 
     /// A route name given to [`Builder::route`](crate::Builder::route) is not a DNS name or a

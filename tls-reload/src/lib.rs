@@ -21,45 +21,54 @@
 //! - An owned task: it stops with a `tokio_util` `CancellationToken` (the same one your accept
 //!   loop watches) or when every handle and resolver is gone, and [`Reloader::stopped`] says how
 //!   it [`Ended`], a panic included. [`Builder::build`] hands it to you to run.
-//! - Never forces a crypto provider: the process default, or the one you give.
+//! - [`Incoming`] (feature `accept`, on by default): a stream of established TLS connections
+//!   from a listener, hardened (handshake time-out, a cap on handshakes in progress, accept
+//!   errors survived, nothing accepted before the first certificate), an `axum::serve::Listener`
+//!   with feature `axum`, and a stream for tonic's `serve_with_incoming` with feature `tonic`.
+//! - Never installs a crypto provider (see below).
 //!
-//! # Example: an axum server on rotating files
+//! # Example: axum on rotating files
 //! ```no_run
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//! use tls_reload::Reloader;
-//! use tls_source::FileSource;
-//! use tokio_util::sync::CancellationToken;
+//! use tls_reload::{CancellationToken, FileSource, Reloader};
 //!
+//! # #[cfg(feature = "axum")]
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! rustls::crypto::ring::default_provider().install_default().ok();
 //! let shutdown = CancellationToken::new();
 //! let reloader = Reloader::builder()
 //!     .cancellation_token(shutdown.clone())
 //!     .spawn(FileSource::kubernetes_dir("/etc/tls").build())?;
-//! reloader.ready_timeout(Duration::from_secs(10)).await?;
-//!
-//! let mut config = reloader.server_config()?;
-//! config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-//! let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
+//! let listener = reloader.incoming(tokio::net::TcpListener::bind("0.0.0.0:8443").await?)?;
 //! let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
-//! loop {
-//!     let (tcp, _) = tokio::select! {
-//!         () = shutdown.cancelled() => break,
-//!         accepted = listener.accept() => accepted?,
-//!     };
-//!     let (acceptor, app) = (acceptor.clone(), app.clone());
-//!     tokio::spawn(async move {
-//!         let Ok(tls) = acceptor.accept(tcp).await else { return };
-//!         let service = hyper_util::service::TowerToHyperService::new(app);
-//!         let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-//!             .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-//!             .await;
-//!     });
-//! }
+//! axum::serve(listener, app)
+//!     .with_graceful_shutdown(shutdown.cancelled_owned())
+//!     .await?;
 //! # Ok(()) }
 //! ```
+//! The `hyper` and `tonic` examples of the repository do the same for hyper-util (with graceful
+//! shutdown) and a gRPC service.
+//!
+//! # Features
+//! - `accept` (default): [`Incoming`] and [`TlsConnection`] (tokio-rustls).
+//! - `axum`, `tonic`: [`Incoming`] as an `axum::serve::Listener`, [`TlsConnection`] as tonic's
+//!   `Connected`.
+//! - `k8s`, `self-signed`: re-export `tls-k8s` as `k8s` and `tls-selfsigned` as
+//!   `selfsigned`, so one dependency line covers Kubernetes Secrets and generated certificates.
+//!   The file source is always there ([`FileSource`]), as are [`rustls`], [`tls_source`] and
+//!   [`CancellationToken`].
+//! - `ring`, `aws-lc-rs`: rustls's crypto providers, passed through.
+//!
+//! # Choosing ring or aws-lc-rs
+//! The library never installs a provider. When the builder is given none
+//! ([`Builder::crypto_provider`]), it takes, in this order:
+//! 1. the provider of this crate's feature, when exactly one of `ring` and `aws-lc-rs` is
+//!    enabled (`tls-reload = { version = "0.1", features = ["ring"] }`);
+//! 2. otherwise the process default (`CryptoProvider::install_default`), read when the reloader
+//!    is built;
+//! 3. otherwise [`Error::NoCryptoProvider`], whose message says what to write for this build.
+//!
+//! So enabling one feature makes the choice the same in every run, whatever else in the process
+//! installs. Pick `aws-lc-rs` for FIPS or post-quantum key exchange, `ring` for the smallest
+//! build with no C toolchain.
 
 #[cfg(feature = "accept")]
 mod accept;
@@ -88,15 +97,9 @@ pub use tls::CertResolver;
 pub use tls_k8s as k8s;
 #[cfg(feature = "self-signed")]
 pub use tls_selfsigned as selfsigned;
-pub use tls_source as source;
 pub use tls_source::{CertSource, CertSourceExt, FileSource};
 pub use tokio_util::sync::CancellationToken;
 pub use validate::{Validated, Validator};
 
 /// Re-exported so that one dependency line is enough for the common case.
 pub use tls_source;
-
-/// The root README's Rust examples, compiled as doctests so that they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;

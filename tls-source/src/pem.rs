@@ -374,8 +374,8 @@ mod tests {
 
         #[test]
         fn never_panics_on_damaged_pem(cut in 0usize..600, flip in 0usize..600) {
-            let pem = include_str!("../../tls-test/fixtures/ec-sec1.key");
-            let mut bytes = pem.as_bytes().to_vec();
+            let pem = tls_test::fixture_pair(tls_test::KeyFormat::Sec1).key_pem;
+            let mut bytes = pem.into_bytes();
             if flip < bytes.len() { bytes[flip] ^= 0x55; }
             bytes.truncate(cut.min(bytes.len()));
             let _ = Decoder::new().private_key("in", &bytes);

@@ -132,15 +132,27 @@ pub(crate) fn server_config(
         .with_cert_resolver(resolver))
 }
 
-/// The process-default crypto provider, or the one enabled by this crate's feature.
+/// The crypto provider when none was given to the builder, by one rule (the crate docs'
+/// "Choosing ring or aws-lc-rs"): the provider of this crate's feature when exactly one of
+/// `ring` and `aws-lc-rs` is enabled; otherwise the process default, if one is installed.
+/// Never installs anything.
 pub(crate) fn default_provider() -> Option<Arc<CryptoProvider>> {
-    if let Some(provider) = CryptoProvider::get_default() {
-        return Some(Arc::clone(provider));
-    }
     #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
     return Some(Arc::new(rustls::crypto::ring::default_provider()));
     #[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
     return Some(Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
     #[allow(unreachable_code)]
-    None
+    CryptoProvider::get_default().map(Arc::clone)
 }
+
+/// What this build of the crate has, for [`Error::NoCryptoProvider`](crate::Error::NoCryptoProvider)'s
+/// message: the fix depends on it.
+pub(crate) const PROVIDER_FEATURES: &str = if cfg!(all(feature = "ring", feature = "aws-lc-rs")) {
+    "both of tls-reload's features `ring` and `aws-lc-rs` are enabled, so neither is chosen: pass \
+     one to Builder::crypto_provider (e.g. Arc::new(rustls::crypto::ring::default_provider())), \
+     or install a process default"
+} else {
+    "enable one of tls-reload's features: tls-reload = { version = \"0.1\", features = \
+     [\"ring\"] } (or [\"aws-lc-rs\"]); or pass one to Builder::crypto_provider; or install a \
+     process default with CryptoProvider::install_default before building the reloader"
+};
