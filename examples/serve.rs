@@ -9,7 +9,7 @@
 //!                              [--sni NAME=DIR]... [--sni-strict]
 //!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
 //!                              [--ready-timeout DURATION] [--fail-fast]
-//!                              [--handshake-timeout DURATION]
+//!                              [--handshake-timeout DURATION] [--recycle-after DURATION]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -27,6 +27,9 @@
 //! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
+//! - `--recycle-after DURATION`: once a newer certificate is installed, connections at least that
+//!   old are closed gracefully (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), so keep-alive
+//!   clients pick it up; off by default.
 //! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
 //!   finish (up to 10 s), and exit 0; a second SIGINT / SIGTERM exits at once (status 130).
 //! - The port is reserved at start (a busy port fails at once) but connections are refused
@@ -49,7 +52,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tls_reload::{Reloader, Status};
 use tls_selfsigned::SelfSigned;
@@ -66,6 +68,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
              [--self-signed-ca] [--k8s-secret NAMESPACE/NAME]
              [--sni NAME=DIR]... [--sni-strict] [--k8s-secrets NAMESPACE [--selector SELECTOR]]
              [--ready-timeout DURATION] [--fail-fast] [--handshake-timeout DURATION]
+             [--recycle-after DURATION]
 
   --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
   --ready-timeout DURATION
@@ -73,6 +76,9 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --fail-fast        give up at once when the first read of the certificate fails
   --handshake-timeout DURATION
                      drop a connection whose TLS handshake takes longer (default 10s)
+  --recycle-after DURATION
+                     after a rotation, close connections at least this old gracefully, so
+                     their clients reconnect to the new certificate (default: never)
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
   --key PATH         private key file (PEM: PKCS#8, PKCS#1 or SEC1)
   --ca PATH          CA bundle file, reported with the certificate
@@ -179,12 +185,14 @@ struct Args {
     ready_timeout: Duration,
     fail_fast: bool,
     handshake_timeout: Duration,
+    recycle_after: Option<Duration>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut listen: SocketAddr = "127.0.0.1:8443".parse()?;
     let (mut ready_timeout, mut fail_fast) = (READY_TIMEOUT, false);
     let mut handshake_timeout = tls_reload::DEFAULT_HANDSHAKE_TIMEOUT;
+    let mut recycle_after = None;
     let timeout = |flag: &str, v: String| -> anyhow::Result<Duration> {
         let d = humantime::parse_duration(&v)
             .with_context(|| format!("{flag} {v}: not a duration like 30s or 500ms"))?;
@@ -276,6 +284,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             "--handshake-timeout" => {
                 handshake_timeout = timeout("--handshake-timeout", value()?)?;
             }
+            "--recycle-after" => recycle_after = Some(timeout("--recycle-after", value()?)?),
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown argument {other:?}"),
         }
@@ -299,6 +308,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             ready_timeout,
             fail_fast,
             handshake_timeout,
+            recycle_after,
         }));
     }
     if files && self_signed_flags {
@@ -322,6 +332,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         ready_timeout,
         fail_fast,
         handshake_timeout,
+        recycle_after,
     }))
 }
 
@@ -389,16 +400,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let listener = socket.listen(1024)?;
     let addr = listener.local_addr()?;
-    let incoming = tls_reload::Incoming::builder(&reloader)
+    let mut incoming = tls_reload::Incoming::builder(&reloader)
         .handshake_timeout(args.handshake_timeout)
-        .cancellation_token(shutdown.clone())
-        .listen(listener)?;
+        .cancellation_token(shutdown.clone());
+    if let Some(age) = args.recycle_after {
+        incoming = incoming.recycle_after(age);
+    }
+    let incoming = incoming.listen(listener)?;
     let app = Router::new()
         .route("/", get(status_json))
         .with_state(reloader.status());
 
     println!("listening on https://{addr}");
-    serve(incoming, app).await;
+    serve(incoming, app, &shutdown).await;
     reloader.stopped().await;
     Ok(())
 }
@@ -533,24 +547,44 @@ fn spawn_signal_handler(
 }
 
 /// Serves HTTP on every connection until the stream ends (on shutdown), then waits up to
-/// [`GRACE`] for open ones.
-async fn serve(mut incoming: tls_reload::Incoming<tokio::net::TcpStream>, app: Router) {
+/// [`GRACE`] for open ones. Each connection is closed gracefully on shutdown, or when the
+/// accept stream says to recycle it.
+async fn serve(
+    mut incoming: tls_reload::Incoming<tokio::net::TcpStream>,
+    app: Router,
+    shutdown: &CancellationToken,
+) {
     // Here only: its `boxed` would clash with `CertSourceExt::boxed` above.
     use futures::StreamExt as _;
-    let graceful = GracefulShutdown::new();
+    let connections = tokio_util::task::TaskTracker::new();
     while let Some(Ok(tls)) = incoming.next().await {
-        let (app, watcher, peer) = (app.clone(), graceful.watcher(), tls.peer_addr());
-        tokio::spawn(async move {
+        let (app, shutdown, peer) = (app.clone(), shutdown.clone(), tls.peer_addr());
+        let recycle = tls.recycle_signal();
+        connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(app));
-            if let Err(err) = watcher.watch(conn).await {
+            let mut conn = std::pin::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                () = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+                () = recycle => {
+                    tracing::debug!(?peer, "a newer certificate is installed: closing the connection gracefully");
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(err) = ended {
                 tracing::debug!(?peer, error = %err, "connection ended with an error");
             }
         });
     }
     drop(incoming);
-    match tokio::time::timeout(GRACE, graceful.shutdown()).await {
+    connections.close();
+    match tokio::time::timeout(GRACE, connections.wait()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
     }

@@ -696,3 +696,72 @@ async fn a_port_another_server_listens_on_fails_at_once() {
         "{stderr}"
     );
 }
+
+/// Reads one HTTP/1.1 response (with a content length) from a keep-alive connection.
+async fn read_response(tls: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before a whole response");
+        bytes.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_owned)
+                })
+                .and_then(|l| l.trim().parse().ok())
+                .expect("a content length");
+            if body.len() >= length {
+                return text;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn recycle_after_closes_keep_alive_connections_once_a_newer_certificate_is_in() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ca = TestCa::new("serve recycle");
+    let (first, second) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("tls")).unwrap();
+    write(&kube, &first);
+    let serve = Serve::start(&[
+        "--cert-dir",
+        kube.path().to_str().unwrap(),
+        "--recycle-after",
+        "200ms",
+    ])
+    .await;
+    let mut config = tls_test::client_config();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls = tls_test::connect(serve.addr, "localhost", config)
+        .await
+        .unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let response = read_response(&mut tls).await;
+    assert!(response.contains(&first.fingerprint), "{response}");
+
+    // Idle on keep-alive, until the rotation: then the server closes it (gracefully: no
+    // request was in flight), and the next connection gets the new certificate.
+    write(&kube, &second);
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(PATIENCE, tls.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the server closed the connection: {closed:?}"
+    );
+    serve
+        .wait_status("the new certificate", |s| {
+            s["fingerprint_sha256"] == second.fingerprint
+        })
+        .await;
+}

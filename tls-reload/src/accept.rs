@@ -21,7 +21,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::{NotReady, Reloader};
+use rustls::sign::CertifiedKey;
+use tokio::sync::watch;
+
+use crate::{CertResolver, NotReady, Reloader, Status};
 
 /// The default [`IncomingBuilder::handshake_timeout`]: 10 seconds.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,6 +104,8 @@ pub struct Incoming<IO> {
     backoff: Backoff,
     /// Whether the current accept-error episode was logged.
     said: bool,
+    /// With recycling on: after how long, and what tells of a rotation.
+    recycle: Option<(Duration, Arc<CertResolver>, watch::Receiver<Status>)>,
 }
 
 /// Configures an [`Incoming`]; made by [`Incoming::builder`].
@@ -112,6 +117,7 @@ pub struct IncomingBuilder {
     handshake_timeout: Duration,
     max_handshakes: usize,
     token: Option<CancellationToken>,
+    recycle_after: Option<Duration>,
 }
 
 impl fmt::Debug for IncomingBuilder {
@@ -120,11 +126,25 @@ impl fmt::Debug for IncomingBuilder {
             .field("alpn", &self.alpn)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_handshakes", &self.max_handshakes)
+            .field("recycle_after", &self.recycle_after)
             .finish_non_exhaustive()
     }
 }
 
 impl IncomingBuilder {
+    /// Opt-in recycling of long-lived connections: once a newer certificate than the one a
+    /// connection was served is installed, [`TlsConnection::recycle_signal`] fires for it when
+    /// it is `age` old (at once if it is older), so the server can close it gracefully (hyper's
+    /// `graceful_shutdown`: HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`) and the client's next
+    /// connection gets the new certificate. Off by default: the signal never fires.
+    ///
+    /// It needs a per-connection hook, which hyper has and `axum::serve` does not: serve axum
+    /// through hyper-util (as the `serve` example does) to use it.
+    pub fn recycle_after(mut self, age: Duration) -> Self {
+        self.recycle_after = Some(age);
+        self
+    }
+
     /// How long a handshake may take, from accept to established. Default:
     /// [`DEFAULT_HANDSHAKE_TIMEOUT`].
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
@@ -211,6 +231,9 @@ impl IncomingBuilder {
             pause: None,
             backoff: Backoff::new(ACCEPT_BACKOFF_INITIAL, ACCEPT_BACKOFF_MAX),
             said: false,
+            recycle: self
+                .recycle_after
+                .map(|age| (age, self.reloader.resolver(), self.reloader.status())),
         })
     }
 }
@@ -225,6 +248,7 @@ impl Incoming<TcpStream> {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_handshakes: DEFAULT_MAX_HANDSHAKES,
             token: None,
+            recycle_after: None,
         }
     }
 }
@@ -270,10 +294,28 @@ where
     fn handshake(&self, io: IO, peer: Option<SocketAddr>) {
         let accept = self.acceptor.accept(io);
         let timeout = self.handshake_timeout;
+        let recycle = self.recycle.clone();
         self.handshakes.push(
             async move {
                 match tokio::time::timeout(timeout, accept).await {
-                    Ok(Ok(stream)) => Some(TlsConnection { stream, peer }),
+                    Ok(Ok(stream)) => {
+                        let recycle = recycle.map(|(age, resolver, status)| {
+                            let server_name = stream.get_ref().1.server_name().map(str::to_owned);
+                            Recycle {
+                                age,
+                                established: tokio::time::Instant::now(),
+                                served: resolver.lookup(server_name.as_deref()),
+                                server_name,
+                                resolver,
+                                status,
+                            }
+                        });
+                        Some(TlsConnection {
+                            stream,
+                            peer,
+                            recycle,
+                        })
+                    }
                     Ok(Err(err)) => {
                         tracing::debug!(peer = ?peer, error = %err, "TLS handshake failed");
                         None
@@ -378,6 +420,29 @@ impl<IO> fmt::Debug for Incoming<IO> {
 pub struct TlsConnection<IO> {
     stream: TlsStream<IO>,
     peer: Option<SocketAddr>,
+    recycle: Option<Recycle>,
+}
+
+/// What [`TlsConnection::recycle_signal`] watches.
+#[derive(Clone)]
+struct Recycle {
+    age: Duration,
+    established: tokio::time::Instant,
+    server_name: Option<String>,
+    /// What the connection was served (as the resolver answered right after the handshake).
+    served: Option<Arc<CertifiedKey>>,
+    resolver: Arc<CertResolver>,
+    status: watch::Receiver<Status>,
+}
+
+impl Recycle {
+    fn rotated(&self) -> bool {
+        let now = self.resolver.lookup(self.server_name.as_deref());
+        match (&now, &self.served) {
+            (Some(now), Some(served)) => !Arc::ptr_eq(now, served),
+            (now, served) => now.is_some() != served.is_some(),
+        }
+    }
 }
 
 impl<IO> TlsConnection<IO> {
@@ -404,6 +469,45 @@ impl<IO> TlsConnection<IO> {
     /// The TLS stream, and the client's address.
     pub fn into_inner(self) -> (TlsStream<IO>, Option<SocketAddr>) {
         (self.stream, self.peer)
+    }
+
+    /// With [`IncomingBuilder::recycle_after`]: completes when this connection should be
+    /// closed gracefully, because a newer certificate than the one it was served is installed
+    /// and the connection is at least the configured age. Without: never completes. An owned
+    /// future: take it before handing the connection to the HTTP server.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: tls_reload::TlsConnection<tokio::net::TcpStream>) {
+    /// use hyper_util::rt::{TokioExecutor, TokioIo};
+    /// let recycle = conn.recycle_signal();
+    /// let service = hyper::service::service_fn(|_req| async {
+    ///     Ok::<_, std::convert::Infallible>(hyper::Response::new(String::from("hello")))
+    /// });
+    /// let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    /// let conn = builder.serve_connection(TokioIo::new(conn), service);
+    /// let mut conn = std::pin::pin!(conn);
+    /// tokio::select! {
+    ///     _ = conn.as_mut() => return,
+    ///     () = recycle => conn.as_mut().graceful_shutdown(),
+    /// }
+    /// let _ = conn.await;
+    /// # }
+    /// ```
+    pub fn recycle_signal(&self) -> impl Future<Output = ()> + Send + 'static + use<IO> {
+        let recycle = self.recycle.clone();
+        async move {
+            let Some(recycle) = recycle else {
+                return std::future::pending().await;
+            };
+            let mut status = recycle.status.clone();
+            while !recycle.rotated() {
+                if status.changed().await.is_err() {
+                    // The reloader is gone: nothing will rotate.
+                    return std::future::pending().await;
+                }
+            }
+            tokio::time::sleep_until(recycle.established + recycle.age).await;
+        }
     }
 }
 
