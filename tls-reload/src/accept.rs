@@ -11,11 +11,12 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, FuturesUnordered};
+use futures::stream::BoxStream;
 use futures::{FutureExt as _, Stream, StreamExt as _};
 use tls_source::Backoff;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -46,7 +47,8 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 ///   [`Reloader::ready`]: connections wait in the listen backlog rather than hang in a
 ///   handshake that cannot complete. If the reloader stops before any certificate was
 ///   installed, the stream ends (and says why, at error level).
-/// - **Handshakes in parallel, each with a time-out** ([`handshake_timeout`], default 10 s), at
+/// - **Handshakes in parallel** (each a task of its own, on every worker thread), **each with a
+///   time-out** ([`handshake_timeout`], default 10 s), at
 ///   most [`max_handshakes`] at once (default 1,024; while that many are in progress, new
 ///   connections wait in the backlog). A client that never sends its `ClientHello` holds a
 ///   slot and a descriptor only until its time-out. A failed handshake is logged at debug
@@ -93,7 +95,9 @@ pub struct Incoming<IO> {
     accept_ended: bool,
     local_addr: Option<SocketAddr>,
     acceptor: TlsAcceptor,
-    handshakes: FuturesUnordered<BoxFuture<'static, Option<TlsConnection<IO>>>>,
+    /// Each handshake is a task of its own, so handshakes use every worker thread; aborted
+    /// when the stream is dropped or ends.
+    handshakes: JoinSet<Option<TlsConnection<IO>>>,
     max_handshakes: usize,
     handshake_timeout: Duration,
     /// Until the first certificate is installed.
@@ -223,7 +227,7 @@ impl IncomingBuilder {
             accept_ended: false,
             local_addr: None,
             acceptor: TlsAcceptor::from(Arc::new(config)),
-            handshakes: FuturesUnordered::new(),
+            handshakes: JoinSet::new(),
             max_handshakes: self.max_handshakes,
             handshake_timeout: self.handshake_timeout,
             ready: Some(async move { reloader.ready().await }.boxed()),
@@ -291,11 +295,11 @@ impl<IO> Incoming<IO>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    fn handshake(&self, io: IO, peer: Option<SocketAddr>) {
+    fn handshake(&mut self, io: IO, peer: Option<SocketAddr>) {
         let accept = self.acceptor.accept(io);
         let timeout = self.handshake_timeout;
         let recycle = self.recycle.clone();
-        self.handshakes.push(
+        self.handshakes.spawn(
             async move {
                 match tokio::time::timeout(timeout, accept).await {
                     Ok(Ok(stream)) => {
@@ -325,8 +329,7 @@ where
                         None
                     }
                 }
-            }
-            .boxed(),
+            },
         );
     }
 
@@ -378,7 +381,7 @@ where
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         if this.cancelled.as_mut().poll(cx).is_ready() {
-            this.handshakes.clear();
+            this.handshakes.abort_all();
             return Poll::Ready(None);
         }
         if let Some(ready) = this.ready.as_mut() {
@@ -392,10 +395,15 @@ where
         }
         loop {
             this.poll_accept(cx);
-            match this.handshakes.poll_next_unpin(cx) {
-                Poll::Ready(Some(Some(conn))) => return Poll::Ready(Some(Ok(conn))),
+            match this.handshakes.poll_join_next(cx) {
+                Poll::Ready(Some(Ok(Some(conn)))) => return Poll::Ready(Some(Ok(conn))),
                 // Failed (logged): room for the next one.
-                Poll::Ready(Some(None)) => {}
+                Poll::Ready(Some(Ok(None))) => {}
+                Poll::Ready(Some(Err(err))) if err.is_panic() => {
+                    std::panic::resume_unwind(err.into_panic())
+                }
+                // Aborted: only on the way out.
+                Poll::Ready(Some(Err(_))) => {}
                 Poll::Ready(None) if this.accept_ended => return Poll::Ready(None),
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }
