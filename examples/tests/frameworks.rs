@@ -148,8 +148,10 @@ async fn hyper_example_serves_rotates_and_stops_gracefully() {
     http_example("hyper").await;
 }
 
-/// A gRPC health check over a TLS connection made by the test's client (ALPN h2).
-async fn health_check(addr: SocketAddr) -> i32 {
+/// A gRPC health client over a TLS connection made by the test's client (ALPN h2).
+async fn health_client(
+    addr: SocketAddr,
+) -> tonic_health::pb::health_client::HealthClient<tonic::transport::Channel> {
     let connector = tower::service_fn(move |_: tonic::transport::Uri| async move {
         let mut config = tls_test::client_config();
         config.alpn_protocols = vec![b"h2".to_vec()];
@@ -160,11 +162,23 @@ async fn health_check(addr: SocketAddr) -> i32 {
         .connect_with_connector(connector)
         .await
         .unwrap();
-    let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
-    let request = tonic_health::pb::HealthCheckRequest {
+    tonic_health::pb::health_client::HealthClient::new(channel)
+}
+
+fn all_services() -> tonic_health::pb::HealthCheckRequest {
+    tonic_health::pb::HealthCheckRequest {
         service: String::new(),
-    };
-    client.check(request).await.unwrap().into_inner().status
+    }
+}
+
+async fn health_check(addr: SocketAddr) -> i32 {
+    let mut client = health_client(addr).await;
+    client
+        .check(all_services())
+        .await
+        .unwrap()
+        .into_inner()
+        .status
 }
 
 #[tokio::test]
@@ -176,6 +190,21 @@ async fn tonic_example_answers_grpc_rotates_and_stops() {
     assert_eq!(health_check(ex.addr).await, serving);
     ex.rotate_to(&second).await;
     assert_eq!(health_check(ex.addr).await, serving);
+
+    // A streaming call in flight (health Watch) is not cut by the graceful stop: the server
+    // waits for it, and exits once the client ends it.
+    let mut client = health_client(ex.addr).await;
+    let mut watch = client.watch(all_services()).await.unwrap().into_inner();
+    let first = watch.message().await.unwrap().expect("the first status");
+    assert_eq!(first.status, serving);
     ex.terminate();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut ex = ex;
+    assert!(
+        ex.child.try_wait().unwrap().is_none(),
+        "waits for the call in flight"
+    );
+    drop(watch);
+    drop(client);
     assert_eq!(ex.exit_code().await, Some(0));
 }
