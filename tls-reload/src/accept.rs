@@ -61,6 +61,10 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 ///   [`Reloader::stop`]) unless [`cancellation_token`] gives another. Handshakes in progress
 ///   are dropped; connections already yielded are the server's to finish.
 /// - ALPN: `h2` and `http/1.1` by default ([`alpn`] changes it).
+/// - With client authentication ([`Builder::client_auth`](crate::Builder::client_auth)), each
+///   connection gets the config current when it comes
+///   ([`Reloader::current_server_config`]), so the trusted client CAs rotate; `alpn` and
+///   `server_config` do not apply then (see [`ClientAuth::configure`](crate::ClientAuth::configure)).
 ///
 /// The item is `Result<_, Infallible>` so the stream fits APIs that take a stream of results
 /// (tonic); no error is ever yielded, so `let Ok(conn) = item;` needs no error handling.
@@ -94,7 +98,7 @@ pub struct Incoming<IO> {
     accept: BoxStream<'static, io::Result<(IO, Option<SocketAddr>)>>,
     accept_ended: bool,
     local_addr: Option<SocketAddr>,
-    acceptor: TlsAcceptor,
+    acceptor: Acceptor,
     /// Each handshake is a task of its own, so handshakes use every worker thread; aborted
     /// when the stream is dropped or ends.
     handshakes: JoinSet<Option<TlsConnection<IO>>>,
@@ -110,6 +114,22 @@ pub struct Incoming<IO> {
     said: bool,
     /// With recycling on: after how long, and what tells of a rotation.
     recycle: Option<(Duration, Arc<CertResolver>, watch::Receiver<Status>)>,
+}
+
+/// One config for every connection, or (with client authentication) the one current when the
+/// connection comes: the trusted client CAs change with the certificate.
+enum Acceptor {
+    Fixed(TlsAcceptor),
+    PerConnection(Arc<arc_swap::ArcSwap<rustls::ServerConfig>>),
+}
+
+impl Acceptor {
+    fn get(&self) -> TlsAcceptor {
+        match self {
+            Self::Fixed(acceptor) => acceptor.clone(),
+            Self::PerConnection(config) => TlsAcceptor::from(config.load_full()),
+        }
+    }
 }
 
 /// Configures an [`Incoming`]; made by [`Incoming::builder`].
@@ -213,20 +233,32 @@ impl IncomingBuilder {
         S: Stream<Item = io::Result<(IO, Option<SocketAddr>)>> + Send + 'static,
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut config = match self.config {
-            Some(config) => config,
-            None => self.reloader.server_config()?,
+        let acceptor = if let Some(shared) = self.reloader.tls_config() {
+            // Client authentication: the reloader builds the configs (ALPN and the rest through
+            // `ClientAuth::configure`).
+            if self.config.is_some() {
+                tracing::warn!(
+                    "Incoming: server_config is ignored with client authentication; use ClientAuth::configure"
+                );
+            }
+            Acceptor::PerConnection(shared)
+        } else {
+            let mut config = match self.config {
+                Some(config) => config,
+                None => self.reloader.server_config()?,
+            };
+            if !self.alpn.is_empty() {
+                config.alpn_protocols = self.alpn;
+            }
+            Acceptor::Fixed(TlsAcceptor::from(Arc::new(config)))
         };
-        if !self.alpn.is_empty() {
-            config.alpn_protocols = self.alpn;
-        }
         let reloader = self.reloader.clone();
         let token = self.token.unwrap_or_else(|| self.reloader.token.clone());
         Ok(Incoming {
             accept: connections.boxed(),
             accept_ended: false,
             local_addr: None,
-            acceptor: TlsAcceptor::from(Arc::new(config)),
+            acceptor,
             handshakes: JoinSet::new(),
             max_handshakes: self.max_handshakes,
             handshake_timeout: self.handshake_timeout,
@@ -296,7 +328,7 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     fn handshake(&mut self, io: IO, peer: Option<SocketAddr>) {
-        let accept = self.acceptor.accept(io);
+        let accept = self.acceptor.get().accept(io);
         let timeout = self.handshake_timeout;
         let recycle = self.recycle.clone();
         self.handshakes.spawn(

@@ -14,6 +14,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use rustls::pki_types::CertificateDer;
+
+use crate::client_auth::Trust;
 use crate::error::Rfc3339;
 use crate::status::{Ended, RouteStatus};
 use crate::tls::{CertResolver, RouteName, Slot, Table};
@@ -72,6 +75,8 @@ enum Timer {
     Expiring,
     /// The served certificate expires.
     Expired,
+    /// A client CA's overlap ends (with client authentication; on the default route).
+    TrustLeaves,
 }
 
 struct Route {
@@ -112,6 +117,11 @@ pub(crate) struct Driver {
     /// certificate is in before the resolver serves it.
     changed: Vec<RouteId>,
     removed: Vec<String>,
+    /// Client authentication: the trusted CAs (from the default route's bundles), the timer of
+    /// the next CA to leave, and whether the status must show a change.
+    trust: Option<Trust>,
+    trust_timer: Option<delay_queue::Key>,
+    trust_dirty: bool,
 }
 
 /// What the builder hands the driver.
@@ -119,6 +129,7 @@ pub(crate) struct Plan {
     pub(crate) default: Option<BoxCertSource>,
     pub(crate) named: Vec<(RouteName, BoxCertSource)>,
     pub(crate) keyed: Vec<BoxKeyedCertSource>,
+    pub(crate) trust: Option<Trust>,
 }
 
 // ===== impl Driver =====
@@ -188,6 +199,9 @@ impl Driver {
             // The static routes are in the status from the start.
             changed: (0..statics).collect(),
             removed: Vec::new(),
+            trust: plan.trust,
+            trust_timer: None,
+            trust_dirty: false,
         };
         driver.finish_batch();
         (driver, Inputs(inputs))
@@ -362,6 +376,11 @@ impl Driver {
             return;
         }
         let validated = match &route.kind {
+            Kind::Default if self.trust.is_some() && bundle.ca().is_empty() => {
+                Err(Error::NoClientCa {
+                    origin: bundle.origin().clone(),
+                })
+            }
             Kind::Default => self.validator.validate(&bundle),
             Kind::Named(name) => self.validator.validate_for(&bundle, &name.to_string()),
             Kind::Keyed => self.validator.validate(&bundle).and_then(|v| {
@@ -460,7 +479,40 @@ impl Driver {
             );
         }
         status.current = Some(info);
+        let default = matches!(route.kind, Kind::Default);
         self.publish(id);
+        if default {
+            self.set_trust(id, validated.ca());
+        }
+    }
+
+    /// With client authentication: the CAs of the default bundle just installed become the
+    /// trust (the certificate and the trust it came with change in the same batch).
+    fn set_trust(&mut self, id: RouteId, cas: &[CertificateDer<'static>]) {
+        let now = self.validator.clock().now();
+        let Some(trust) = self.trust.as_mut() else {
+            return;
+        };
+        let next = trust.set(cas, now);
+        self.trust_changed(id, next);
+    }
+
+    /// Publishes the trust and arms the timer of the next CA to leave.
+    fn trust_changed(&mut self, id: RouteId, next: Result<Option<SystemTime>, rustls::Error>) {
+        self.trust_dirty = true;
+        if let Some(key) = self.trust_timer.take() {
+            self.timers.try_remove(&key);
+        }
+        match next {
+            Ok(Some(at)) => {
+                let wait = self.until(at) + Duration::from_millis(1);
+                self.trust_timer = Some(self.timers.insert((id, Timer::TrustLeaves), wait));
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::error!(error = %err, "cannot build the client-authentication config; keeping the previous one");
+            }
+        }
     }
 
     fn on_timer(&mut self, id: RouteId, timer: Timer) {
@@ -471,6 +523,14 @@ impl Driver {
             Timer::Retry => {
                 if let Some((_, bundle)) = route.retry.take() {
                     self.consider(id, bundle);
+                }
+            }
+            Timer::TrustLeaves => {
+                self.trust_timer = None;
+                let now = self.validator.clock().now();
+                if let Some(trust) = self.trust.as_mut() {
+                    let next = trust.expire(now);
+                    self.trust_changed(id, next);
                 }
             }
             Timer::Expiring => {
@@ -530,6 +590,7 @@ impl Driver {
             Timer::Retry => route.retry.take().map(|(key, _)| key),
             Timer::Expiring => route.expiring.take(),
             Timer::Expired => route.expired.take(),
+            Timer::TrustLeaves => self.trust_timer.take(),
         };
         if let Some(key) = key {
             self.timers.try_remove(&key);
@@ -592,8 +653,14 @@ impl Driver {
         changed.sort_unstable();
         changed.dedup();
         let routes = &self.routes;
+        let trust = std::mem::take(&mut self.trust_dirty)
+            .then(|| self.trust.as_ref().map(Trust::status))
+            .flatten();
         self.status.send_if_modified(|s| {
-            let mut modified = s.ready != ready || !removed.is_empty();
+            let mut modified = s.ready != ready || !removed.is_empty() || trust.is_some();
+            if let Some(trust) = trust {
+                s.client_cas = trust;
+            }
             s.ready = ready;
             for label in &removed {
                 s.routes.remove(label);

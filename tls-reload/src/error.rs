@@ -8,8 +8,8 @@ use tls_source::Origin;
 
 /// Why a bundle was not installed, or why the reloader could not start.
 ///
-/// [`NoCryptoProvider`](Self::NoCryptoProvider), [`InvalidRouteName`](Self::InvalidRouteName)
-/// and [`NoSources`](Self::NoSources) are *final*: [`Builder::spawn`](crate::Builder::spawn)
+/// [`NoCryptoProvider`](Self::NoCryptoProvider), [`InvalidRouteName`](Self::InvalidRouteName),
+/// [`NoSources`](Self::NoSources) and [`ClientAuthConfig`](Self::ClientAuthConfig) are *final*: [`Builder::spawn`](crate::Builder::spawn)
 /// returns them. All others are *reports*: the reloader records the latest in the route's
 /// status ([`Status::last_error`](crate::Status::last_error) for the default route), logs it,
 /// keeps serving the last good certificate and installs the next good bundle the source yields.
@@ -21,6 +21,22 @@ pub enum Error {
     /// No crypto provider was given and none is installed as the process default.
     #[error("no rustls crypto provider: {}", crate::tls::PROVIDER_FEATURES)]
     NoCryptoProvider,
+
+    /// With [`ClientAuth`](crate::ClientAuth): the `ServerConfig` for client authentication
+    /// cannot be built (the provider supports no safe protocol version).
+    #[error("cannot set up client authentication: {reason}")]
+    ClientAuthConfig {
+        /// What rustls said.
+        reason: String,
+    },
+
+    /// With [`ClientAuth::from_bundle`](crate::ClientAuth::from_bundle): the bundle has no CA
+    /// certificate (`ca.crt`), so it says whom to trust for client certificates.
+    #[error("{origin}: no CA certificate (ca.crt) to trust client certificates with")]
+    NoClientCa {
+        /// Where the bundle came from.
+        origin: Origin,
+    },
 
     /// A route name given to [`Builder::route`](crate::Builder::route) is not a DNS name or a
     /// one-label wildcard (`*.example.com`).

@@ -72,6 +72,7 @@
 
 #[cfg(feature = "accept")]
 mod accept;
+mod client_auth;
 mod driver;
 mod error;
 mod policy;
@@ -84,6 +85,7 @@ mod validate;
 pub use accept::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming, IncomingBuilder, TlsConnection,
 };
+pub use client_auth::ClientAuth;
 pub use error::{Error, NotReady};
 pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,
@@ -91,7 +93,7 @@ pub use policy::{
 pub use reloader::{Builder, ReloadTask, Reloader};
 /// What the common cases need, so that `tls-reload` is the one dependency line.
 pub use rustls;
-pub use status::{CertInfo, Ended, RouteStatus, Status};
+pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
 pub use tls::CertResolver;
 #[cfg(feature = "k8s")]
 pub use tls_k8s as k8s;

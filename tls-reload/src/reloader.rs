@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use rustls::crypto::CryptoProvider;
@@ -18,6 +19,7 @@ use tls_source::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::client_auth::{ClientAuth, Trust};
 use crate::driver::{Driver, Plan};
 use crate::status::Ended;
 use crate::tls::{self, CertResolver, RouteName};
@@ -65,6 +67,9 @@ pub struct Reloader {
     provider: Arc<CryptoProvider>,
     status: watch::Receiver<Status>,
     pub(crate) token: CancellationToken,
+    /// With client authentication: the config for new connections, rebuilt when the trust
+    /// changes.
+    tls_config: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
 }
 
 /// Configures a [`Reloader`].
@@ -77,6 +82,7 @@ pub struct Builder {
     named: Vec<(String, BoxCertSource)>,
     keyed: Vec<BoxKeyedCertSource>,
     strict: bool,
+    client_auth: Option<ClientAuth>,
 }
 
 /// The reload task, for the caller to run: [`Builder::build`] returns it with its
@@ -100,14 +106,16 @@ impl Default for Builder {
             named: Vec::new(),
             keyed: Vec::new(),
             strict: false,
+            client_auth: None,
         }
     }
 }
 
 impl Builder {
     /// The crypto provider that loads keys (and that [`Reloader::server_config`] uses). Default:
-    /// the process default (`CryptoProvider::get_default`); failing that, the provider enabled by
-    /// this crate's `ring` or `aws-lc-rs` feature when exactly one is on. Never installs one.
+    /// the provider of this crate's `ring` or `aws-lc-rs` feature when exactly one is on;
+    /// failing that, the process default (`CryptoProvider::get_default`). Never installs one
+    /// (see the crate docs, "Choosing ring or aws-lc-rs").
     pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
         self.provider = Some(provider);
         self
@@ -160,6 +168,14 @@ impl Builder {
     /// instead of being served the default certificate. Default: off.
     pub fn sni_strict(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// Requires client certificates (mTLS), trusted as [`ClientAuth`] says; the trust rotates
+    /// with the default certificate's bundle. Serve with [`Reloader::current_server_config`]
+    /// per connection ([`Incoming`](crate::Incoming) does).
+    pub fn client_auth(mut self, auth: ClientAuth) -> Self {
+        self.client_auth = Some(auth);
         self
     }
 
@@ -237,10 +253,22 @@ impl Builder {
             ..Status::default()
         });
         let validator = Validator::new(Arc::clone(&provider), self.policy).with_clock(self.clock);
+        let (trust, tls_config) =
+            match self.client_auth {
+                Some(auth) => {
+                    let (trust, shared) = Trust::new(auth, Arc::clone(&provider), &resolver)
+                        .map_err(|e| Error::ClientAuthConfig {
+                            reason: e.to_string(),
+                        })?;
+                    (Some(trust), Some(shared))
+                }
+                None => (None, None),
+            };
         let plan = Plan {
             default,
             named,
             keyed: self.keyed,
+            trust,
         };
         let (driver, inputs) = Driver::new(validator, Arc::downgrade(&resolver), tx.clone(), plan);
         let cancel = token.clone();
@@ -271,6 +299,7 @@ impl Builder {
                 provider,
                 status: rx,
                 token,
+                tls_config,
             },
             ReloadTask { inner },
         ))
@@ -343,12 +372,31 @@ impl Reloader {
     }
 
     /// A `ServerConfig` with safe defaults and no client authentication, on this reloader's
-    /// crypto provider and resolver. Set `alpn_protocols` on it as your server needs.
+    /// crypto provider and resolver. Set `alpn_protocols` on it as your server needs. With
+    /// [`Builder::client_auth`], a copy of the current mTLS config, which does not follow later
+    /// trust changes: use [`current_server_config`](Self::current_server_config) instead.
     ///
     /// # Errors
     /// If the provider supports no safe protocol version.
     pub fn server_config(&self) -> Result<rustls::ServerConfig, rustls::Error> {
-        tls::server_config(Arc::clone(&self.provider), self.resolver())
+        match &self.tls_config {
+            Some(config) => Ok(rustls::ServerConfig::clone(&config.load())),
+            None => tls::server_config(Arc::clone(&self.provider), self.resolver()),
+        }
+    }
+
+    /// With [`Builder::client_auth`]: the `ServerConfig` for a new connection, with the client
+    /// CAs trusted now (take it per connection: `TlsAcceptor::from(reloader
+    /// .current_server_config())`). `None` without client authentication: then one
+    /// [`server_config`](Self::server_config) serves every connection.
+    pub fn current_server_config(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.tls_config.as_ref().map(|config| config.load_full())
+    }
+
+    /// The shared config that [`current_server_config`](Self::current_server_config) loads.
+    #[cfg(feature = "accept")]
+    pub(crate) fn tls_config(&self) -> Option<Arc<ArcSwap<rustls::ServerConfig>>> {
+        self.tls_config.clone()
     }
 
     /// A receiver of the reloader's [`Status`], updated on every install, rejection, source

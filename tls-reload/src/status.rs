@@ -44,6 +44,19 @@ pub struct Status {
     pub running: bool,
     /// How the reload task ended; `None` while it runs.
     pub ended: Option<Ended>,
+    /// With [`ClientAuth`](crate::ClientAuth): the CAs client certificates may chain to now,
+    /// each with the time it leaves (a CA no longer in the bundle, kept for the overlap).
+    pub client_cas: Vec<TrustedCa>,
+}
+
+/// A CA the server trusts for client certificates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrustedCa {
+    /// SHA-256 of the CA certificate's DER, lower-case hex.
+    pub fingerprint_sha256: String,
+    /// When it stops being trusted: `Some` once it left the bundle (the end of the overlap).
+    pub leaves_at: Option<SystemTime>,
 }
 
 /// The state of one SNI route.

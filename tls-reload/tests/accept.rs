@@ -1,6 +1,7 @@
 //! The accept stream, through real sockets and handshakes: nothing accepted before a
 //! certificate, a client that never speaks dropped at the time-out, rotation seen by new
 //! connections, and the end on the token.
+#![cfg(feature = "accept")]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! The accept stream under a file-descriptor limit of 40 with 60 idle connections: accepting
 //! fails (EMFILE) while descriptors are out, the idle connections time out, and new handshakes
 //! are served once descriptors are free. Its own test binary: it lowers the process's limit.
-#![cfg(unix)]
+#![cfg(all(unix, feature = "accept"))]
 
 mod common;
 

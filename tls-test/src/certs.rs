@@ -103,6 +103,29 @@ impl TestCa {
         )
     }
 
+    /// A client certificate for `name` (extended key usage clientAuth), valid from an hour ago
+    /// for a day.
+    pub fn client_leaf(&self, name: &str) -> TestCert {
+        let now = SystemTime::now();
+        self.leaf_with(
+            &[name],
+            now - Duration::from_secs(3600),
+            now + Duration::from_secs(86400),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
+    /// A client certificate whose validity ended a minute ago.
+    pub fn expired_client_leaf(&self, name: &str) -> TestCert {
+        let now = SystemTime::now();
+        self.leaf_with(
+            &[name],
+            now - Duration::from_secs(86400),
+            now - Duration::from_secs(60),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
     /// A leaf for `names`, valid between the two instants.
     ///
     /// # Panics
@@ -112,6 +135,21 @@ impl TestCa {
         names: &[&str],
         not_before: SystemTime,
         not_after: SystemTime,
+    ) -> TestCert {
+        self.leaf_with(
+            names,
+            not_before,
+            not_after,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    fn leaf_with(
+        &self,
+        names: &[&str],
+        not_before: SystemTime,
+        not_after: SystemTime,
+        purpose: ExtendedKeyUsagePurpose,
     ) -> TestCert {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone()).expect("valid names");
@@ -123,7 +161,7 @@ impl TestCa {
         params.distinguished_name = dn;
         params.not_before = not_before.into();
         params.not_after = not_after.into();
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = vec![purpose];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         let key = KeyPair::generate().expect("generate leaf key");
         let issuer = Issuer::from_params(&self.params, &self.key);

@@ -159,6 +159,28 @@ pub fn client_config() -> ClientConfig {
     recording_client().expect("ring supports TLS 1.2 and 1.3").0
 }
 
+/// Like [`client_config`], presenting `cert` (its chain and key) as the client's certificate.
+///
+/// # Panics
+/// If the certificate's key cannot be used.
+pub fn client_config_with_cert(cert: &crate::TestCert) -> ClientConfig {
+    let (_, seen) = recording_client().expect("ring supports TLS 1.2 and 1.3");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = Arc::new(Recording {
+        provider: provider.clone(),
+        seen,
+    });
+    let chain = vec![cert.cert_der.clone()];
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_der.clone().into());
+    ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports TLS 1.2 and 1.3")
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(chain, key)
+        .expect("a usable client key")
+}
+
 /// Connects and completes a TLS handshake with `config`.
 ///
 /// # Errors

@@ -1,6 +1,7 @@
 //! Everything that touches rustls's API lives in this module, so that a rustls upgrade (0.24
 //! renames `ResolvesServerCert`) changes these files only.
 
+mod client_auth;
 mod resolver;
 mod sni;
 
@@ -14,6 +15,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use tls_source::CertBundle;
 
+pub(crate) use client_auth::mtls_server_config;
 pub use resolver::CertResolver;
 pub(crate) use sni::{RouteName, Slot, Table};
 

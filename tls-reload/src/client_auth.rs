@@ -1,0 +1,246 @@
+//! [`ClientAuth`]: servers that require client certificates, from a trust that rotates with the
+//! served bundle; the trust state the reload task keeps, and the `ServerConfig` it rebuilds when
+//! the trust changes.
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
+use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
+
+use crate::CertResolver;
+use crate::status::TrustedCa;
+
+/// How many resumable sessions the server keeps (rustls's own default for its cache).
+const SESSIONS: usize = 256;
+
+/// A hook that finishes each `ServerConfig` the reloader builds (ALPN, versions, key log).
+type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
+
+/// Client authentication (mTLS) for a server: every client must present a certificate signed by
+/// a trusted CA. The trusted CAs are the `ca.crt` of the served bundle (the `kubernetes.io/tls`
+/// convention: cert-manager writes the issuing CA there), so they change together with the
+/// certificate, and only once the bundle passed validation: a rejected bundle changes nothing.
+/// Given to [`Builder::client_auth`](crate::Builder::client_auth).
+///
+/// - **Overlap.** A CA that leaves the bundle stays trusted for [`overlap`](Self::overlap)
+///   (default none), then is dropped by a timer; [`Status::client_cas`](crate::Status::client_cas)
+///   shows each trusted CA and when it leaves. Clients still holding certificates from it are
+///   not cut off mid-rotation.
+/// - **Resumption.** Resumed sessions skip the client certificate check, so a client whose CA is
+///   no longer trusted could resume its way in. The reloader keeps one session store across
+///   the configs it builds (resumption keeps working through ordinary rotations) and replaces
+///   it when a CA leaves the trusted set: every session from before must then do a full
+///   handshake. Stateless tickets are not issued (they could not be revoked); a ticketer set by
+///   [`configure`](Self::configure) is kept, with a warning.
+/// - **Your config.** [`configure`](Self::configure) finishes every `ServerConfig` built (ALPN:
+///   `h2` and `http/1.1` unless it says otherwise). [`Reloader::current_server_config`] is the
+///   one to use for each new connection; [`Incoming`](crate::Incoming) does that by itself.
+///
+/// [`Reloader::current_server_config`]: crate::Reloader::current_server_config
+#[derive(Clone)]
+#[must_use = "client authentication is configured by passing it to Builder::client_auth"]
+pub struct ClientAuth {
+    overlap: Duration,
+    configure: Option<Configure>,
+}
+
+impl fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("overlap", &self.overlap)
+            .field("configure", &self.configure.is_some())
+            .finish()
+    }
+}
+
+impl ClientAuth {
+    /// Client certificates must chain to a CA in the served bundle's CA certificates
+    /// ([`CertBundle::ca`](tls_source::CertBundle::ca): `ca.crt`). A bundle without any is
+    /// refused ([`Error::NoClientCa`](crate::Error::NoClientCa)).
+    pub fn from_bundle() -> Self {
+        Self {
+            overlap: Duration::ZERO,
+            configure: None,
+        }
+    }
+
+    /// How long a CA that left the bundle stays trusted. Default: none.
+    pub fn overlap(mut self, overlap: Duration) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// Finishes every `ServerConfig` the reloader builds: ALPN, protocol versions, key logging.
+    /// The client verifier, the resolver and the session store are the reloader's.
+    pub fn configure(
+        mut self,
+        configure: impl Fn(&mut ServerConfig) + Send + Sync + 'static,
+    ) -> Self {
+        self.configure = Some(Arc::new(configure));
+        self
+    }
+}
+
+/// A CA the server trusts, and, once it left the bundle, until when.
+#[derive(Clone)]
+struct Ca {
+    der: CertificateDer<'static>,
+    fingerprint: String,
+    leaves_at: Option<SystemTime>,
+}
+
+/// What the reload task keeps for client authentication.
+pub(crate) struct Trust {
+    auth: ClientAuth,
+    provider: Arc<CryptoProvider>,
+    /// Weak, as everything the task holds: the task ends when the handles and resolver are gone.
+    resolver: Weak<CertResolver>,
+    cas: Vec<Ca>,
+    sessions: Arc<dyn StoresServerSessions>,
+    /// The config every new connection loads; the [`Reloader`](crate::Reloader) handles hold it.
+    config: Weak<ArcSwap<ServerConfig>>,
+    warned_ticketer: bool,
+}
+
+impl Trust {
+    /// The trust before any bundle: nothing trusted, so every client is refused until the first
+    /// bundle is installed (no server accepts before that anyway). Returns the config to share.
+    pub(crate) fn new(
+        auth: ClientAuth,
+        provider: Arc<CryptoProvider>,
+        resolver: &Arc<CertResolver>,
+    ) -> Result<(Self, Arc<ArcSwap<ServerConfig>>), rustls::Error> {
+        let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSIONS);
+        let config = crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
+        let shared = Arc::new(ArcSwap::from_pointee(config.clone()));
+        let mut trust = Self {
+            auth,
+            provider,
+            resolver: Arc::downgrade(resolver),
+            cas: Vec::new(),
+            sessions,
+            config: Arc::downgrade(&shared),
+            warned_ticketer: false,
+        };
+        trust.finish_and_store(config);
+        Ok((trust, shared))
+    }
+
+    /// The CAs of a bundle just installed. Returns the earliest time a leaving CA must be
+    /// dropped, if any.
+    pub(crate) fn set(
+        &mut self,
+        cas: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<Option<SystemTime>, rustls::Error> {
+        let mut changed = false;
+        let mut removed = false;
+        for ca in &mut self.cas {
+            let kept = cas.contains(&ca.der);
+            match (kept, ca.leaves_at) {
+                (true, Some(_)) => {
+                    ca.leaves_at = None;
+                    changed = true;
+                }
+                (false, None) => {
+                    ca.leaves_at = Some(now + self.auth.overlap);
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+        for der in cas {
+            if !self.cas.iter().any(|ca| &ca.der == der) {
+                self.cas.push(Ca {
+                    fingerprint: tls_source::Digest::of(der).to_string(),
+                    der: der.clone(),
+                    leaves_at: None,
+                });
+                changed = true;
+            }
+        }
+        if self.auth.overlap.is_zero() {
+            removed = self.drop_left(now);
+        }
+        if changed || removed {
+            self.rebuild(removed)?;
+        }
+        Ok(self.next_leave())
+    }
+
+    /// Drops the CAs whose overlap is over. Returns the next deadline, if any.
+    pub(crate) fn expire(&mut self, now: SystemTime) -> Result<Option<SystemTime>, rustls::Error> {
+        if self.drop_left(now) {
+            self.rebuild(true)?;
+        }
+        Ok(self.next_leave())
+    }
+
+    /// The trusted CAs, for the status.
+    pub(crate) fn status(&self) -> Vec<TrustedCa> {
+        self.cas
+            .iter()
+            .map(|ca| TrustedCa {
+                fingerprint_sha256: ca.fingerprint.clone(),
+                leaves_at: ca.leaves_at,
+            })
+            .collect()
+    }
+
+    fn drop_left(&mut self, now: SystemTime) -> bool {
+        let before = self.cas.len();
+        self.cas.retain(|ca| {
+            let gone = ca.leaves_at.is_some_and(|at| at <= now);
+            if gone {
+                tracing::info!(fingerprint = %ca.fingerprint, "client CA no longer trusted; sessions from before must authenticate again");
+            }
+            !gone
+        });
+        self.cas.len() != before
+    }
+
+    fn next_leave(&self) -> Option<SystemTime> {
+        self.cas.iter().filter_map(|ca| ca.leaves_at).min()
+    }
+
+    /// Builds the config for the CAs now trusted. When a CA left, the session store is
+    /// replaced: no session from before can be resumed.
+    fn rebuild(&mut self, invalidate: bool) -> Result<(), rustls::Error> {
+        if invalidate {
+            self.sessions = ServerSessionMemoryCache::new(SESSIONS);
+        }
+        let Some(resolver) = self.resolver.upgrade() else {
+            return Ok(()); // Nothing is served any more.
+        };
+        let roots: Vec<_> = self.cas.iter().map(|ca| ca.der.clone()).collect();
+        let config =
+            crate::tls::mtls_server_config(&self.provider, &resolver, &roots, &self.sessions)?;
+        self.finish_and_store(config);
+        tracing::info!(trusted = roots.len(), "client CAs changed");
+        Ok(())
+    }
+
+    fn finish_and_store(&mut self, mut config: ServerConfig) {
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        if let Some(configure) = &self.auth.configure {
+            configure(&mut config);
+        }
+        // The store that can be invalidated, whatever the hook did.
+        config.session_storage = Arc::clone(&self.sessions);
+        if config.ticketer.enabled() && !self.warned_ticketer {
+            self.warned_ticketer = true;
+            tracing::warn!(
+                "a ticketer was configured: its tickets survive the removal of a client CA, so a \
+                 client whose CA is no longer trusted can resume; leave the ticketer unset"
+            );
+        }
+        if let Some(shared) = self.config.upgrade() {
+            shared.store(Arc::new(config));
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The rustls side of client authentication: the `ServerConfig` with a webpki client verifier
+//! for the trusted CAs, or, while none is trusted, a verifier that refuses every client.
+
+use std::sync::Arc;
+
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{StoresServerSessions, WebPkiClientVerifier};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
+
+use super::CertResolver;
+
+/// A `ServerConfig` that requires a client certificate chaining to one of `roots`, serving from
+/// `resolver`, resuming from `sessions`, issuing no stateless tickets.
+pub(crate) fn mtls_server_config(
+    provider: &Arc<CryptoProvider>,
+    resolver: &Arc<CertResolver>,
+    roots: &[CertificateDer<'static>],
+    sessions: &Arc<dyn StoresServerSessions>,
+) -> Result<ServerConfig, rustls::Error> {
+    let verifier: Arc<dyn ClientCertVerifier> = if roots.is_empty() {
+        Arc::new(RefuseAll(provider.signature_verification_algorithms))
+    } else {
+        let mut store = RootCertStore::empty();
+        for root in roots {
+            store.add(root.clone())?;
+        }
+        WebPkiClientVerifier::builder_with_provider(Arc::new(store), Arc::clone(provider))
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?
+    };
+    let mut config = ServerConfig::builder_with_provider(Arc::clone(provider))
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(Arc::clone(resolver) as _);
+    config.session_storage = Arc::clone(sessions);
+    Ok(config)
+}
+
+/// Refuses every client certificate: the verifier while no CA is trusted.
+#[derive(Debug)]
+struct RefuseAll(WebPkiSupportedAlgorithms);
+
+impl ClientCertVerifier for RefuseAll {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
