@@ -501,6 +501,11 @@ impl<IO> TlsConnection<IO> {
         self.stream.get_ref().1.alpn_protocol()
     }
 
+    /// The certificate chain the client presented (with client authentication), leaf first.
+    pub fn peer_certificates(&self) -> Option<&[rustls::pki_types::CertificateDer<'static>]> {
+        self.stream.get_ref().1.peer_certificates()
+    }
+
     /// The TLS stream, for everything else rustls knows about the connection.
     pub fn get_ref(&self) -> &TlsStream<IO> {
         &self.stream

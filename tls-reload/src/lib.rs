@@ -72,6 +72,7 @@
 
 #[cfg(feature = "accept")]
 mod accept;
+mod client;
 mod client_auth;
 mod driver;
 mod error;
@@ -85,6 +86,7 @@ mod validate;
 pub use accept::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming, IncomingBuilder, TlsConnection,
 };
+pub use client::{ClientStatus, ClientTls, ClientTlsBuilder};
 pub use client_auth::ClientAuth;
 pub use error::{Error, NotReady};
 pub use policy::{

@@ -1,0 +1,458 @@
+//! [`ClientTls`]: the client side of mTLS, rotating: the certificate an outbound client presents
+//! and the roots it trusts, fed by a [`CertSource`], behind one `ClientConfig` that a whole
+//! connection pool can keep.
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use futures::StreamExt as _;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{
+    ClientSessionMemoryCache, ClientSessionStore, ResolvesClientCert, Resumption,
+};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tls_source::{CertSource, CertSourceExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::{CertInfo, Error, Policy, Purpose, Validator};
+
+/// How many sessions the client keeps for resumption (rustls's default).
+const SESSIONS: usize = 256;
+
+/// The client side of mTLS, rotating: a `ClientConfig` ([`client_config`](Self::client_config))
+/// whose client certificate and trusted roots follow a [`CertSource`] of client bundles: the
+/// chain and key the client presents, and in the bundle's CA certificates (`ca.crt`, the
+/// `kubernetes.io/tls` convention, or `FileSource::ca`) the roots it trusts servers with. One
+/// config serves a whole connection pool (reqwest's `use_preconfigured_tls`, hyper-rustls's
+/// `with_tls_config`) across rotations.
+///
+/// - Each bundle is validated first (key, validity, the `clientAuth` purpose, chain order and
+///   size); a bad one changes nothing, is logged and shows in the [`ClientStatus`].
+/// - After the identity or the trust changes, the client's session cache starts empty: a
+///   resumed session would present the old identity (TLS 1.3 resumption sends no certificate)
+///   and skip checking the server against the new roots.
+/// - Until the first bundle is installed the client presents nothing and trusts no server.
+/// - The task stops on the cancellation token or when every handle and config is gone.
+///
+/// # Example
+/// ```no_run
+/// use tls_reload::{ClientTls, FileSource};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let tls = ClientTls::builder().spawn(FileSource::kubernetes_dir("/etc/client-tls").build())?;
+/// tls.ready().await?;
+/// let config = tls.client_config()?; // for reqwest, hyper-rustls, tokio-rustls
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClientTls {
+    provider: Arc<CryptoProvider>,
+    parts: Arc<Parts>,
+    status: watch::Receiver<ClientStatus>,
+    token: CancellationToken,
+}
+
+/// What the configs share with the task: the identity, the verifier, the sessions.
+#[derive(Debug)]
+struct Parts {
+    identity: Arc<Identity>,
+    verifier: Arc<Verifier>,
+    sessions: Arc<Sessions>,
+}
+
+/// What [`ClientTls::status`] reports.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ClientStatus {
+    /// The client certificate presented now; `None` until the first is installed.
+    pub current: Option<CertInfo>,
+    /// How many identities have been installed.
+    pub generation: u64,
+    /// The last rejected bundle or source error since the last install.
+    pub last_error: Option<Arc<Error>>,
+    /// SHA-256 fingerprints of the roots servers are trusted with now.
+    pub root_fingerprints_sha256: Vec<String>,
+    /// Whether the task still runs.
+    pub running: bool,
+}
+
+/// Configures a [`ClientTls`]; made by [`ClientTls::builder`].
+#[must_use = "a builder does nothing until `spawn` is called"]
+#[derive(Default)]
+pub struct ClientTlsBuilder {
+    provider: Option<Arc<CryptoProvider>>,
+    policy: Option<Policy>,
+    token: Option<CancellationToken>,
+}
+
+impl fmt::Debug for ClientTlsBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientTlsBuilder")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTlsBuilder {
+    /// The crypto provider, chosen as for the server ([`Builder::crypto_provider`](crate::Builder::crypto_provider)).
+    pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// What a client bundle must pass. Default: [`Policy::default`] with
+    /// [`Purpose::ClientAuth`] (the purpose is always client authentication).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The token that stops the task (the last identity keeps being presented).
+    pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// Spawns the task that installs what `source` yields.
+    ///
+    /// # Errors
+    /// [`Error::NoCryptoProvider`], as for the server.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn spawn<S: CertSource + 'static>(self, source: S) -> Result<ClientTls, Error> {
+        let provider = self
+            .provider
+            .or_else(crate::tls::default_provider)
+            .ok_or(Error::NoCryptoProvider)?;
+        let policy = self.policy.unwrap_or_default().purpose(Purpose::ClientAuth);
+        let validator = Validator::new(Arc::clone(&provider), policy);
+        let parts = Arc::new(Parts {
+            identity: Arc::new(Identity::default()),
+            verifier: Arc::new(Verifier {
+                inner: ArcSwapOption::empty(),
+                algorithms: provider.signature_verification_algorithms,
+            }),
+            sessions: Arc::new(Sessions {
+                inner: ArcSwap::from_pointee(ClientSessionMemoryCache::new(SESSIONS)),
+            }),
+        });
+        let token = self.token.unwrap_or_default().child_token();
+        let (tx, rx) = watch::channel(ClientStatus {
+            running: true,
+            ..ClientStatus::default()
+        });
+        tokio::spawn(run(
+            CertSourceExt::boxed(source.dedup()),
+            validator,
+            Task {
+                identity: Arc::downgrade(&parts.identity),
+                verifier: Arc::clone(&parts.verifier),
+                sessions: Arc::clone(&parts.sessions),
+            },
+            tx,
+            token.clone(),
+            Arc::clone(&provider),
+        ));
+        Ok(ClientTls {
+            provider,
+            parts,
+            status: rx,
+            token,
+        })
+    }
+}
+
+impl ClientTls {
+    /// Starts configuring the client side.
+    pub fn builder() -> ClientTlsBuilder {
+        ClientTlsBuilder::default()
+    }
+
+    /// A `ClientConfig` presenting the current identity and trusting the current roots, both
+    /// following rotations, with its session cache cleared on each. Set ALPN on it as needed.
+    ///
+    /// # Errors
+    /// If the provider supports no safe protocol version.
+    pub fn client_config(&self) -> Result<ClientConfig, rustls::Error> {
+        let mut config = ClientConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::clone(&self.parts.verifier) as _)
+            .with_client_cert_resolver(Arc::clone(&self.parts.identity) as _);
+        config.resumption = Resumption::store(Arc::clone(&self.parts.sessions) as _);
+        Ok(config)
+    }
+
+    /// The status: the identity presented, the roots, the last error.
+    pub fn status(&self) -> watch::Receiver<ClientStatus> {
+        self.status.clone()
+    }
+
+    /// Waits until an identity is installed.
+    ///
+    /// # Errors
+    /// [`crate::NotReady::Stopped`] when the task ends first.
+    pub async fn ready(&self) -> Result<(), crate::NotReady> {
+        let mut rx = self.status.clone();
+        let status = rx
+            .wait_for(|s| s.current.is_some() || !s.running)
+            .await
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        if status.current.is_some() {
+            Ok(())
+        } else {
+            Err(crate::NotReady::Stopped {
+                last_error: status.last_error,
+            })
+        }
+    }
+
+    /// Stops the task; the last identity and roots stay in use.
+    pub fn stop(&self) {
+        self.token.cancel();
+    }
+}
+
+impl fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("status", &*self.status.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the task writes to. Weak on the identity, which every handle and config holds: when
+/// it is gone, nothing presents what the task would install.
+struct Task {
+    identity: Weak<Identity>,
+    verifier: Arc<Verifier>,
+    sessions: Arc<Sessions>,
+}
+
+/// Installs each good bundle: identity, roots, a fresh session cache.
+async fn run(
+    mut source: tls_source::BoxCertSource,
+    validator: Validator,
+    task: Task,
+    status: watch::Sender<ClientStatus>,
+    token: CancellationToken,
+    provider: Arc<CryptoProvider>,
+) {
+    let mut installed = None;
+    let mut gone = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let item = tokio::select! {
+            () = token.cancelled() => break,
+            _ = gone.tick() => {
+                if task.identity.strong_count() == 0 {
+                    break;
+                }
+                continue;
+            }
+            item = source.next() => match item {
+                Some(item) => item,
+                None => break,
+            },
+        };
+        let Some(identity) = task.identity.upgrade() else {
+            break;
+        };
+        let validated = item
+            .map_err(Error::Source)
+            .and_then(|bundle| validator.validate(&bundle));
+        match validated.and_then(|v| roots(&v, &provider).map(|r| (v, r))) {
+            Ok((validated, (verifier, fingerprints))) => {
+                if installed == Some(validated.digest()) {
+                    status.send_modify(|s| s.last_error = None);
+                    continue;
+                }
+                installed = Some(validated.digest());
+                identity
+                    .current
+                    .store(Some(Arc::clone(validated.certified_key())));
+                task.verifier.inner.store(Some(Arc::new(verifier)));
+                // Nothing resumed from before: old identity, old roots.
+                task.sessions
+                    .inner
+                    .store(Arc::new(ClientSessionMemoryCache::new(SESSIONS)));
+                let info = validated.info().clone();
+                tracing::info!(fingerprint = %info.fingerprint_sha256, origin = %info.origin, roots = fingerprints.len(), "client certificate installed");
+                status.send_modify(|s| {
+                    s.current = Some(info);
+                    s.generation += 1;
+                    s.last_error = None;
+                    s.root_fingerprints_sha256 = fingerprints;
+                });
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "client certificate rejected; keeping the current one");
+                status.send_modify(|s| s.last_error = Some(Arc::new(err)));
+            }
+        }
+    }
+    drop(source);
+    status.send_modify(|s| s.running = false);
+}
+
+/// The server verifier for the bundle's CA certificates, and their fingerprints.
+fn roots(
+    validated: &crate::Validated,
+    provider: &Arc<CryptoProvider>,
+) -> Result<(Arc<dyn ServerCertVerifier>, Vec<String>), Error> {
+    let origin = || validated.info().origin.clone();
+    if validated.ca().is_empty() {
+        return Err(Error::Untrusted {
+            origin: origin(),
+            reason: "the bundle has no CA certificate (ca.crt) to trust servers with".into(),
+        });
+    }
+    let mut store = RootCertStore::empty();
+    for ca in validated.ca() {
+        store.add(ca.clone()).map_err(|e| Error::Untrusted {
+            origin: origin(),
+            reason: format!("a CA certificate cannot be a root: {e}"),
+        })?;
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(store),
+        Arc::clone(provider),
+    )
+    .build()
+    .map_err(|e| Error::Untrusted {
+        origin: origin(),
+        reason: e.to_string(),
+    })?;
+    let fingerprints = validated
+        .ca()
+        .iter()
+        .map(|ca| tls_source::Digest::of(ca).to_string())
+        .collect();
+    Ok((verifier, fingerprints))
+}
+
+/// The client certificate presented now.
+#[derive(Debug, Default)]
+struct Identity {
+    current: ArcSwapOption<CertifiedKey>,
+}
+
+impl ResolvesClientCert for Identity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.current.load_full()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.current.load().is_some()
+    }
+}
+
+/// The server verifier for the roots trusted now; refuses every server before the first.
+#[derive(Debug)]
+struct Verifier {
+    inner: ArcSwapOption<Arc<dyn ServerCertVerifier>>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.inner.load().as_deref() {
+            Some(inner) => {
+                inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            }
+            None => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer,
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// The client's session cache, replaced (emptied) on every rotation.
+#[derive(Debug)]
+struct Sessions {
+    inner: ArcSwap<ClientSessionMemoryCache>,
+}
+
+impl ClientSessionStore for Sessions {
+    fn set_kx_hint(&self, server_name: ServerName<'static>, group: rustls::NamedGroup) {
+        self.inner.load().set_kx_hint(server_name, group);
+    }
+
+    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.inner.load().kx_hint(server_name)
+    }
+
+    fn set_tls12_session(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.inner.load().set_tls12_session(server_name, value);
+    }
+
+    fn tls12_session(
+        &self,
+        server_name: &ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.inner.load().tls12_session(server_name)
+    }
+
+    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
+        self.inner.load().remove_tls12_session(server_name);
+    }
+
+    fn insert_tls13_ticket(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.inner.load().insert_tls13_ticket(server_name, value);
+    }
+
+    fn take_tls13_ticket(
+        &self,
+        server_name: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.inner.load().take_tls13_ticket(server_name)
+    }
+}
