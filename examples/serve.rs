@@ -10,6 +10,7 @@
 //!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
 //!                              [--ready-timeout DURATION] [--fail-fast]
 //!                              [--handshake-timeout DURATION] [--recycle-after DURATION]
+//!                              [--client-ca PATH [--ca-overlap DURATION]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -27,6 +28,11 @@
 //! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
+//! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, read and
+//!   followed with the certificate files; a CA that leaves it stays trusted for `--ca-overlap`
+//!   (default `0s`), and no session from before can be resumed after. The status JSON then has
+//!   `client_ca_fingerprints_sha256` and `client_fingerprint_sha256` (the certificate presented
+//!   on the request's connection).
 //! - `--recycle-after DURATION`: once a newer certificate is installed, connections at least that
 //!   old are closed gracefully (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), so keep-alive
 //!   clients pick it up; off by default.
@@ -68,7 +74,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
              [--self-signed-ca] [--k8s-secret NAMESPACE/NAME]
              [--sni NAME=DIR]... [--sni-strict] [--k8s-secrets NAMESPACE [--selector SELECTOR]]
              [--ready-timeout DURATION] [--fail-fast] [--handshake-timeout DURATION]
-             [--recycle-after DURATION]
+             [--recycle-after DURATION] [--client-ca PATH [--ca-overlap DURATION]]
 
   --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
   --ready-timeout DURATION
@@ -79,6 +85,10 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --recycle-after DURATION
                      after a rotation, close connections at least this old gracefully, so
                      their clients reconnect to the new certificate (default: never)
+  --client-ca PATH   require client certificates signed by a CA in the PEM bundle at PATH
+                     (read and followed with --cert/--key or --cert-dir)
+  --ca-overlap DURATION
+                     how long a CA that leaves PATH stays trusted (default 0s)
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
   --key PATH         private key file (PEM: PKCS#8, PKCS#1 or SEC1)
   --ca PATH          CA bundle file, reported with the certificate
@@ -186,6 +196,8 @@ struct Args {
     fail_fast: bool,
     handshake_timeout: Duration,
     recycle_after: Option<Duration>,
+    /// mTLS: the client CA file (the bundle's CA), and how long a CA leaving it stays trusted.
+    client_ca: Option<(PathBuf, Duration)>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
@@ -193,6 +205,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let (mut ready_timeout, mut fail_fast) = (READY_TIMEOUT, false);
     let mut handshake_timeout = tls_reload::DEFAULT_HANDSHAKE_TIMEOUT;
     let mut recycle_after = None;
+    let (mut client_ca, mut ca_overlap) = (None, Duration::ZERO);
     let timeout = |flag: &str, v: String| -> anyhow::Result<Duration> {
         let d = humantime::parse_duration(&v)
             .with_context(|| format!("{flag} {v}: not a duration like 30s or 500ms"))?;
@@ -285,6 +298,19 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 handshake_timeout = timeout("--handshake-timeout", value()?)?;
             }
             "--recycle-after" => recycle_after = Some(timeout("--recycle-after", value()?)?),
+            "--client-ca" => client_ca = Some(PathBuf::from(value()?)),
+            "--ca-overlap" => {
+                let v = value()?;
+                ca_overlap = humantime::parse_duration(&v)
+                    .with_context(|| format!("--ca-overlap {v}: not a duration like 0s or 10m"))?;
+                within(
+                    "--ca-overlap",
+                    &v,
+                    ca_overlap,
+                    (Duration::ZERO, "0s"),
+                    MAX_TIMEOUT,
+                )?;
+            }
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown argument {other:?}"),
         }
@@ -299,6 +325,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         if files || self_signed_flags {
             bail!("--k8s-secret cannot be combined with other certificate flags");
         }
+        if client_ca.is_some() {
+            bail!(
+                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
+            );
+        }
         return Ok(Some(Args {
             listen,
             certs: Certs::Secret { namespace, name },
@@ -309,6 +340,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             fail_fast,
             handshake_timeout,
             recycle_after,
+            client_ca: None,
         }));
     }
     if files && self_signed_flags {
@@ -316,6 +348,21 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             "--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir"
         );
     }
+    if client_ca.is_none() && !ca_overlap.is_zero() {
+        bail!("--ca-overlap goes with --client-ca");
+    }
+    let client_ca = match (client_ca, &cert, &dir, &ca) {
+        (None, ..) => None,
+        (Some(_), _, _, Some(_)) => {
+            bail!("--client-ca and --ca both set the bundle's CA file: give one")
+        }
+        (Some(path), Some(_), _, None) | (Some(path), _, Some(_), None) => Some((path, ca_overlap)),
+        (Some(_), None, None, None) => {
+            bail!(
+                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
+            )
+        }
+    };
     let certs = match (cert, key, ca, dir) {
         (None, None, None, None) => Certs::SelfSigned(self_signed),
         (None, None, None, Some(dir)) => Certs::Dir(dir),
@@ -333,6 +380,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         fail_fast,
         handshake_timeout,
         recycle_after,
+        client_ca,
     }))
 }
 
@@ -375,6 +423,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .sni_strict(args.sni.strict);
+    if let Some((_, overlap)) = &args.client_ca {
+        builder = builder.client_auth(tls_reload::ClientAuth::from_bundle().overlap(*overlap));
+    }
     for (name, dir) in &args.sni.routes {
         let files = FileSource::kubernetes_dir(dir)
             .poll_interval(args.poll)
@@ -485,12 +536,21 @@ async fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)>
         }
         Certs::Files { cert, key, ca } => {
             let builder = FileSource::builder(cert, key);
+            let ca = ca
+                .as_ref()
+                .or(args.client_ca.as_ref().map(|(path, _)| path));
             files(match ca {
                 Some(ca) => builder.ca(ca),
                 None => builder,
             })
         }
-        Certs::Dir(dir) => files(FileSource::kubernetes_dir(dir)),
+        Certs::Dir(dir) => files(match &args.client_ca {
+            // The client CA file is the bundle's CA: read (and followed) with the certificate.
+            Some((path, _)) => {
+                FileSource::builder(dir.join("tls.crt"), dir.join("tls.key")).ca(path)
+            }
+            None => FileSource::kubernetes_dir(dir),
+        }),
         Certs::Secret { namespace, name } => {
             let source =
                 tls_k8s::SecretSource::builder(kube_client().await?, namespace, name).build();
@@ -558,7 +618,14 @@ async fn serve(
     use futures::StreamExt as _;
     let connections = tokio_util::task::TaskTracker::new();
     while let Some(Ok(tls)) = incoming.next().await {
-        let (app, shutdown, peer) = (app.clone(), shutdown.clone(), tls.peer_addr());
+        let (shutdown, peer) = (shutdown.clone(), tls.peer_addr());
+        // The client certificate of this connection, for the status of its requests.
+        let client = ClientLeaf(
+            tls.peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| tls_source::Digest::of(leaf).to_string()),
+        );
+        let app = app.clone().layer(axum::Extension(client));
         let recycle = tls.recycle_signal();
         connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
@@ -590,7 +657,14 @@ async fn serve(
     }
 }
 
-async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serde_json::Value> {
+/// The SHA-256 of the client certificate presented on a request's connection (mTLS).
+#[derive(Debug, Clone)]
+struct ClientLeaf(Option<String>);
+
+async fn status_json(
+    State(status): State<watch::Receiver<Status>>,
+    axum::Extension(client): axum::Extension<ClientLeaf>,
+) -> Json<serde_json::Value> {
     let status = status.borrow().clone();
     let current = status.current.as_ref();
     let routes: serde_json::Map<String, serde_json::Value> = status
@@ -611,7 +685,7 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serd
             (name.clone(), value)
         })
         .collect();
-    Json(serde_json::json!({
+    let mut json = serde_json::json!({
         "fingerprint_sha256": current.map(|c| &c.fingerprint_sha256),
         "subject": current.map(|c| &c.subject),
         "dns_names": current.map(|c| &c.dns_names),
@@ -626,7 +700,16 @@ async fn status_json(State(status): State<watch::Receiver<Status>>) -> Json<serd
         "expired": status.expired,
         "last_error": status.last_error.as_ref().map(ToString::to_string),
         "routes": routes,
-    }))
+    });
+    if client.0.is_some() || !status.client_cas.is_empty() {
+        json["client_ca_fingerprints_sha256"] = status
+            .client_cas
+            .iter()
+            .map(|ca| ca.fingerprint_sha256.clone())
+            .collect();
+        json["client_fingerprint_sha256"] = client.0.into();
+    }
+    Json(json)
 }
 
 /// RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`).

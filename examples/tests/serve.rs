@@ -765,3 +765,73 @@ async fn recycle_after_closes_keep_alive_connections_once_a_newer_certificate_is
         })
         .await;
 }
+
+#[tokio::test]
+async fn client_ca_requires_client_certificates_and_rotates_with_an_overlap() {
+    let (server_ca, a, b) = (
+        TestCa::new("serve server"),
+        TestCa::new("serve clients A"),
+        TestCa::new("serve clients B"),
+    );
+    let (client_a, client_b) = (a.client_leaf("a"), b.client_leaf("b"));
+    let fp = |ca: &TestCa| tls_test::fingerprint(ca.cert_der().as_ref());
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("tls")).unwrap();
+    write(&kube, &server_ca.leaf(&["localhost"]));
+    let clients = dir.path().join("clients.pem");
+    std::fs::write(&clients, a.cert_pem()).unwrap();
+    let serve = Serve::start(&[
+        "--cert-dir",
+        kube.path().to_str().unwrap(),
+        "--client-ca",
+        clients.to_str().unwrap(),
+        "--ca-overlap",
+        "3s",
+    ])
+    .await;
+    let get = |client: Option<&TestCert>| {
+        let client = client.cloned();
+        async move {
+            tls_test::https_get_as(serve.addr, "localhost", "/", client.as_ref())
+                .await
+                .map(|(code, body, _)| {
+                    assert_eq!(code, 200, "{body}");
+                    serde_json::from_str::<serde_json::Value>(&body).unwrap()
+                })
+        }
+    };
+    let status = get(Some(&client_a)).await.unwrap();
+    assert_eq!(status["client_fingerprint_sha256"], client_a.fingerprint);
+    assert_eq!(
+        status["client_ca_fingerprints_sha256"],
+        serde_json::json!([fp(&a)])
+    );
+    assert!(get(None).await.is_err(), "no client certificate, no entry");
+    assert!(get(Some(&client_b)).await.is_err(), "B is not trusted yet");
+
+    // The CA file moves to B: B is let in, A too for the overlap, then A is refused.
+    tls_test::replace_by_rename(&clients, b.cert_pem().as_bytes()).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while get(Some(&client_b)).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "B never trusted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let during = get(Some(&client_a)).await.expect("A during the overlap");
+    assert_eq!(
+        during["client_ca_fingerprints_sha256"],
+        serde_json::json!([fp(&a), fp(&b)])
+    );
+    while get(Some(&client_a)).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A still trusted after the overlap"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = get(Some(&client_b)).await.unwrap();
+    assert_eq!(
+        after["client_ca_fingerprints_sha256"],
+        serde_json::json!([fp(&b)])
+    );
+    assert_eq!(after["client_fingerprint_sha256"], client_b.fingerprint);
+}

@@ -82,8 +82,24 @@ pub async fn https_get(
     server_name: &str,
     path: &str,
 ) -> io::Result<(u16, String, Served)> {
+    https_get_as(addr, server_name, path, None).await
+}
+
+/// Like [`https_get`], presenting `client` as the client certificate (mTLS) when given.
+///
+/// # Errors
+/// Connection, handshake (a refused client certificate included) and HTTP framing failures.
+pub async fn https_get_as(
+    addr: SocketAddr,
+    server_name: &str,
+    path: &str,
+    client: Option<&crate::TestCert>,
+) -> io::Result<(u16, String, Served)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let (mut config, seen) = recording_client()?;
+    let (mut config, seen) = match client {
+        None => recording_client()?,
+        Some(cert) => recording_client_with(Some(cert))?,
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
     let tcp = TcpStream::connect(addr).await?;
@@ -164,21 +180,9 @@ pub fn client_config() -> ClientConfig {
 /// # Panics
 /// If the certificate's key cannot be used.
 pub fn client_config_with_cert(cert: &crate::TestCert) -> ClientConfig {
-    let (_, seen) = recording_client().expect("ring supports TLS 1.2 and 1.3");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = Arc::new(Recording {
-        provider: provider.clone(),
-        seen,
-    });
-    let chain = vec![cert.cert_der.clone()];
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_der.clone().into());
-    ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports TLS 1.2 and 1.3")
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_client_auth_cert(chain, key)
-        .expect("a usable client key")
+    recording_client_with(Some(cert))
+        .expect("ring supports TLS 1.2 and 1.3, and the key is usable")
+        .0
 }
 
 /// Connects and completes a TLS handshake with `config`.
@@ -198,18 +202,30 @@ pub async fn connect(
 }
 
 fn recording_client() -> io::Result<(ClientConfig, Seen)> {
+    recording_client_with(None)
+}
+
+fn recording_client_with(client: Option<&crate::TestCert>) -> io::Result<(ClientConfig, Seen)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let seen = Seen::default();
     let verifier = Arc::new(Recording {
         provider: provider.clone(),
         seen: seen.clone(),
     });
-    let config = ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(io::Error::other)?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(verifier);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some(cert) => builder
+            .with_client_auth_cert(
+                vec![cert.cert_der.clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_der.clone().into()),
+            )
+            .map_err(io::Error::other)?,
+    };
     Ok((config, seen))
 }
 
