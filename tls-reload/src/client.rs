@@ -50,6 +50,27 @@ const SESSIONS: usize = 256;
 /// let config = tls.client_config()?; // for reqwest, hyper-rustls, tokio-rustls
 /// # Ok(()) }
 /// ```
+///
+/// With hyper-rustls (the `client` example of the repository does the same with reqwest's
+/// `tls_backend_preconfigured`):
+/// ```no_run
+/// # async fn run(tls: tls_reload::ClientTls) -> Result<(), Box<dyn std::error::Error>> {
+/// use http_body_util::Empty;
+/// use hyper::body::Bytes;
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::rt::TokioExecutor;
+///
+/// let https = hyper_rustls::HttpsConnectorBuilder::new()
+///     .with_tls_config(tls.client_config()?)
+///     .https_only()
+///     .enable_http1()
+///     .enable_http2()
+///     .build();
+/// let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+/// let response = client.get("https://api.internal:8443/".parse()?).await?;
+/// println!("{}", response.status());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ClientTls {
     provider: Arc<CryptoProvider>,

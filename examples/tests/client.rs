@@ -1,0 +1,97 @@
+//! The `client` example as a user runs it, against `serve` requiring client certificates: one
+//! pooled reqwest client whose identity directory rotates while it makes requests.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use tls_test::{KubeDir, PATIENCE, TestCa, TestCert};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    profile_dir.join("examples").join(name)
+}
+
+fn write(kube: &KubeDir, cert: &TestCert, ca: &TestCa) {
+    kube.write(&[
+        ("tls.crt", cert.chain_pem.as_bytes()),
+        ("tls.key", cert.key_pem.as_bytes()),
+        ("ca.crt", ca.cert_pem().as_bytes()),
+    ])
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_client_example_keeps_succeeding_while_its_identity_rotates() {
+    let (server_ca, clients_ca) = (
+        TestCa::new("client ex server"),
+        TestCa::new("client ex clients"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server_dir = KubeDir::new(dir.path().join("server")).unwrap();
+    write(&server_dir, &server_ca.leaf(&["localhost"]), &clients_ca);
+    let mut serve = Command::new(example("serve"))
+        .args(["--listen", "127.0.0.1:0", "--cert-dir"])
+        .arg(server_dir.path())
+        .arg("--client-ca")
+        .arg(server_dir.file("ca.crt"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(serve.stdout.take().unwrap())
+        .lines()
+        .next_line()
+        .await
+        .unwrap()
+        .unwrap();
+    let port = line.rsplit(':').next().unwrap().to_owned();
+
+    let (first, second) = (clients_ca.client_leaf("svc"), clients_ca.client_leaf("svc"));
+    let identity = KubeDir::new(dir.path().join("client")).unwrap();
+    write(&identity, &first, &server_ca);
+    let mut client = Command::new(example("client"))
+        .arg(format!("https://localhost:{port}/"))
+        .arg("--cert-dir")
+        .arg(identity.path())
+        .args(["--every", "50ms", "--count", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while let Some(line) = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if seen.len() == 5 {
+            write(&identity, &second, &server_ca);
+        }
+        seen.push(json);
+    }
+    assert_eq!(seen.len(), 30);
+    for line in &seen {
+        assert_eq!(line["status"], 200, "{line}");
+        assert!(line["error"].is_null(), "{line}");
+    }
+    assert_eq!(seen[0]["client_fingerprint_sha256"], first.fingerprint);
+    assert_eq!(
+        seen[29]["client_fingerprint_sha256"], second.fingerprint,
+        "the new identity is presented"
+    );
+    assert_eq!(
+        tokio::time::timeout(PATIENCE, client.wait())
+            .await
+            .unwrap()
+            .unwrap()
+            .code(),
+        Some(0)
+    );
+}
