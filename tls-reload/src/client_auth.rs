@@ -7,6 +7,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
+use futures::Stream;
+use futures::stream::BoxStream;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
@@ -42,18 +44,23 @@ type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 ///   one to use for each new connection; [`Incoming`](crate::Incoming) does that by itself.
 ///
 /// [`Reloader::current_server_config`]: crate::Reloader::current_server_config
-#[derive(Clone)]
 #[must_use = "client authentication is configured by passing it to Builder::client_auth"]
 pub struct ClientAuth {
     overlap: Duration,
     configure: Option<Configure>,
+    /// `None`: the served bundle's CA certificates; else a source of its own.
+    source: Option<BoxStream<'static, TrustItem>>,
 }
+
+/// What a trust source yields: the CA certificates to trust now, or why it cannot say.
+pub type TrustItem = Result<Vec<CertificateDer<'static>>, tls_source::Error>;
 
 impl fmt::Debug for ClientAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientAuth")
             .field("overlap", &self.overlap)
             .field("configure", &self.configure.is_some())
+            .field("from_bundle", &self.source.is_none())
             .finish()
     }
 }
@@ -66,6 +73,22 @@ impl ClientAuth {
         Self {
             overlap: Duration::ZERO,
             configure: None,
+            source: None,
+        }
+    }
+
+    /// Client certificates must chain to a CA that `source` yields last: a trust of its own,
+    /// apart from the served certificate (a CA file, another Secret's `ca.crt`). Each item
+    /// replaces the trusted set once every certificate in it parses; an empty set or an error
+    /// changes nothing and is logged. For the CA certificates of any [`CertSource`]'s bundles:
+    /// `source.map(|item| item.map(|bundle| bundle.ca().to_vec()))`.
+    ///
+    /// [`CertSource`]: tls_source::CertSource
+    pub fn from_source(source: impl Stream<Item = TrustItem> + Send + 'static) -> Self {
+        Self {
+            overlap: Duration::ZERO,
+            configure: None,
+            source: Some(Box::pin(source)),
         }
     }
 
@@ -105,6 +128,8 @@ pub(crate) struct Trust {
     /// The config every new connection loads; the [`Reloader`](crate::Reloader) handles hold it.
     config: Weak<ArcSwap<ServerConfig>>,
     warned_ticketer: bool,
+    /// The trust source was taken by the driver (so this is not the bundle's trust).
+    had_source: bool,
 }
 
 impl Trust {
@@ -126,9 +151,22 @@ impl Trust {
             sessions,
             config: Arc::downgrade(&shared),
             warned_ticketer: false,
+            had_source: false,
         };
         trust.finish_and_store(config);
         Ok((trust, shared))
+    }
+
+    /// Whether the trust is the served bundle's CA certificates.
+    pub(crate) fn is_the_bundles(&self) -> bool {
+        self.auth.source.is_none() && !self.had_source
+    }
+
+    /// The trust source of its own, for the driver to poll.
+    pub(crate) fn take_source(&mut self) -> Option<BoxStream<'static, TrustItem>> {
+        let source = self.auth.source.take();
+        self.had_source |= source.is_some();
+        source
     }
 
     /// The CAs of a bundle just installed. Returns the earliest time a leaving CA must be

@@ -16,7 +16,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 
 use rustls::pki_types::CertificateDer;
 
-use crate::client_auth::Trust;
+use crate::client_auth::{Trust, TrustItem};
 use crate::error::Rfc3339;
 use crate::status::{Ended, RouteStatus};
 use crate::tls::{CertResolver, RouteName, Slot, Table};
@@ -57,6 +57,8 @@ enum Kind {
 enum Input {
     Route(RouteId, Result<CertBundle, tls_source::Error>),
     Keyed(usize, Result<Keyed, tls_source::Error>),
+    /// The client-CA trust source of its own.
+    Trust(TrustItem),
 }
 
 /// What an input is about, for latest-wins within a batch: a route of a single source, or a
@@ -65,6 +67,7 @@ enum Input {
 enum Target {
     Route(RouteId),
     Key(usize, String),
+    Trust,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +188,10 @@ impl Driver {
         for (index, source) in plan.keyed.into_iter().enumerate() {
             inputs.push(source.map(move |item| Input::Keyed(index, item)).boxed());
         }
+        let mut trust = plan.trust;
+        if let Some(source) = trust.as_mut().and_then(Trust::take_source) {
+            inputs.push(source.map(Input::Trust).boxed());
+        }
         let statics = routes.len();
         let mut driver = Self {
             validator,
@@ -199,7 +206,7 @@ impl Driver {
             // The static routes are in the status from the start.
             changed: (0..statics).collect(),
             removed: Vec::new(),
-            trust: plan.trust,
+            trust,
             trust_timer: None,
             trust_dirty: false,
         };
@@ -258,6 +265,7 @@ impl Driver {
             Input::Route(id, _) => Some(Target::Route(*id)),
             Input::Keyed(source, Ok(keyed)) => Some(Target::Key(*source, keyed.key.clone())),
             Input::Keyed(_, Err(_)) => None,
+            Input::Trust(_) => Some(Target::Trust),
         };
         let mut last = HashMap::new();
         for (i, input) in batch.iter().enumerate() {
@@ -282,6 +290,8 @@ impl Driver {
                     KeyedUpdate::Remove => self.remove_keyed(source, &key),
                     _ => {}
                 },
+                Input::Trust(item) if !superseded => self.trust_from_source(item),
+                Input::Trust(_) => {}
                 Input::Keyed(source, Err(err)) => {
                     tracing::warn!(error = %err, "certificate source error; keeping the current certificates");
                     let err = Arc::new(Error::Source(err));
@@ -376,7 +386,10 @@ impl Driver {
             return;
         }
         let validated = match &route.kind {
-            Kind::Default if self.trust.is_some() && bundle.ca().is_empty() => {
+            Kind::Default
+                if self.trust.as_ref().is_some_and(Trust::is_the_bundles)
+                    && bundle.ca().is_empty() =>
+            {
                 Err(Error::NoClientCa {
                     origin: bundle.origin().clone(),
                 })
@@ -490,11 +503,38 @@ impl Driver {
     /// trust (the certificate and the trust it came with change in the same batch).
     fn set_trust(&mut self, id: RouteId, cas: &[CertificateDer<'static>]) {
         let now = self.validator.clock().now();
-        let Some(trust) = self.trust.as_mut() else {
+        let Some(trust) = self.trust.as_mut().filter(|t| t.is_the_bundles()) else {
             return;
         };
         let next = trust.set(cas, now);
         self.trust_changed(id, next);
+    }
+
+    /// What the trust source of its own yielded: the new trust once every certificate in it
+    /// parses; otherwise nothing changes.
+    fn trust_from_source(&mut self, item: TrustItem) {
+        let checked = item.map_err(|e| e.to_string()).and_then(|cas| {
+            if cas.is_empty() {
+                return Err("no CA certificate".to_owned());
+            }
+            for ca in &cas {
+                tls_source::x509::LeafInfo::parse(ca).map_err(|e| e.to_string())?;
+            }
+            Ok(cas)
+        });
+        match checked {
+            Ok(cas) => {
+                let now = self.validator.clock().now();
+                if let Some(trust) = self.trust.as_mut() {
+                    let next = trust.set(&cas, now);
+                    // The timer's route id is unused for the trust: any place will do.
+                    self.trust_changed(0, next);
+                }
+            }
+            Err(reason) => {
+                tracing::warn!(error = %reason, "client CA source: keeping the trusted CAs");
+            }
+        }
     }
 
     /// Publishes the trust and arms the timer of the next CA to leave.
@@ -516,6 +556,15 @@ impl Driver {
     }
 
     fn on_timer(&mut self, id: RouteId, timer: Timer) {
+        if matches!(timer, Timer::TrustLeaves) {
+            self.trust_timer = None;
+            let now = self.validator.clock().now();
+            if let Some(trust) = self.trust.as_mut() {
+                let next = trust.expire(now);
+                self.trust_changed(id, next);
+            }
+            return;
+        }
         let Some(route) = self.routes[id].as_mut() else {
             return;
         };
@@ -525,14 +574,7 @@ impl Driver {
                     self.consider(id, bundle);
                 }
             }
-            Timer::TrustLeaves => {
-                self.trust_timer = None;
-                let now = self.validator.clock().now();
-                if let Some(trust) = self.trust.as_mut() {
-                    let next = trust.expire(now);
-                    self.trust_changed(id, next);
-                }
-            }
+            Timer::TrustLeaves => {}
             Timer::Expiring => {
                 route.expiring = None;
                 route.status.expiring = true;

@@ -87,7 +87,7 @@ pub use accept::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming, IncomingBuilder, TlsConnection,
 };
 pub use client::{ClientStatus, ClientTls, ClientTlsBuilder};
-pub use client_auth::ClientAuth;
+pub use client_auth::{ClientAuth, TrustItem};
 pub use error::{Error, NotReady};
 pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,

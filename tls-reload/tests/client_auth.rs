@@ -280,3 +280,56 @@ async fn client_certificates_without_client_auth_expired_or_untrusted_are_refuse
         Ok(false)
     );
 }
+
+#[tokio::test]
+async fn a_trust_source_of_its_own_replaces_the_trusted_cas_and_bad_items_change_nothing() {
+    let (server_ca, a, b) = (TestCa::new("server"), TestCa::new("A"), TestCa::new("B"));
+    let (trust_tx, trust_rx) = futures::channel::mpsc::unbounded();
+    trust_tx.unbounded_send(Ok(vec![a.cert_der()])).unwrap();
+    // The served bundle has no ca.crt: the trust comes from elsewhere.
+    let server = Server::start(
+        ClientAuth::from_source(trust_rx),
+        common::bundle(&server_ca.leaf(&["localhost"])),
+    )
+    .await;
+    let fp = |ca: &TestCa| tls_test::fingerprint(ca.cert_der().as_ref());
+    let status = tls_test::wait_for(server.reloader.status(), "A trusted", |s| {
+        s.client_cas.len() == 1
+    })
+    .await;
+    assert_eq!(fingerprints(&status), [fp(&a)]);
+    assert_eq!(
+        attempt(server.addr, &client(&a.client_leaf("a"))).await,
+        Ok(false)
+    );
+
+    // Garbage, an empty set and an error change nothing (each sent alone, so it is looked at).
+    for bad in [
+        Ok(vec![rustls::pki_types::CertificateDer::from(vec![1, 2, 3])]),
+        Ok(Vec::new()),
+        Err(tls_source::Error::source("trust", "unreadable")),
+    ] {
+        trust_tx.unbounded_send(bad).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(fingerprints(&server.reloader.status().borrow()), [fp(&a)]);
+        assert_eq!(
+            attempt(server.addr, &client(&a.client_leaf("a"))).await,
+            Ok(false)
+        );
+    }
+    trust_tx.unbounded_send(Ok(vec![b.cert_der()])).unwrap();
+    let status = tls_test::wait_for(server.reloader.status(), "B trusted", |s| {
+        s.client_cas.len() == 1 && s.client_cas[0].fingerprint_sha256 == fp(&b)
+    })
+    .await;
+    assert_eq!(fingerprints(&status), [fp(&b)]);
+    assert!(
+        attempt(server.addr, &client(&a.client_leaf("a")))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        attempt(server.addr, &client(&b.client_leaf("b"))).await,
+        Ok(false)
+    );
+}
