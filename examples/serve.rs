@@ -28,8 +28,8 @@
 //! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
-//! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, read and
-//!   followed with the certificate files; a CA that leaves it stays trusted for `--ca-overlap`
+//! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
+//!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
 //!   (default `0s`), and no session from before can be resumed after. The status JSON then has
 //!   `client_ca_fingerprints_sha256` and `client_fingerprint_sha256` (the certificate presented
 //!   on the request's connection).
@@ -86,7 +86,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
                      after a rotation, close connections at least this old gracefully, so
                      their clients reconnect to the new certificate (default: never)
   --client-ca PATH   require client certificates signed by a CA in the PEM bundle at PATH
-                     (read and followed with --cert/--key or --cert-dir)
+                     (followed like the certificate files)
   --ca-overlap DURATION
                      how long a CA that leaves PATH stays trusted (default 0s)
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
@@ -340,7 +340,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             fail_fast,
             handshake_timeout,
             recycle_after,
-            client_ca: None,
+            client_ca: client_ca.map(|path| (path, ca_overlap)),
         }));
     }
     if files && self_signed_flags {
@@ -351,18 +351,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     if client_ca.is_none() && !ca_overlap.is_zero() {
         bail!("--ca-overlap goes with --client-ca");
     }
-    let client_ca = match (client_ca, &cert, &dir, &ca) {
-        (None, ..) => None,
-        (Some(_), _, _, Some(_)) => {
-            bail!("--client-ca and --ca both set the bundle's CA file: give one")
-        }
-        (Some(path), Some(_), _, None) | (Some(path), _, Some(_), None) => Some((path, ca_overlap)),
-        (Some(_), None, None, None) => {
-            bail!(
-                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
-            )
-        }
-    };
+    let client_ca = client_ca.map(|path| (path, ca_overlap));
     let certs = match (cert, key, ca, dir) {
         (None, None, None, None) => Certs::SelfSigned(self_signed),
         (None, None, None, Some(dir)) => Certs::Dir(dir),
@@ -423,8 +412,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .sni_strict(args.sni.strict);
-    if let Some((_, overlap)) = &args.client_ca {
-        builder = builder.client_auth(tls_reload::ClientAuth::from_bundle().overlap(*overlap));
+    if let Some((path, overlap)) = &args.client_ca {
+        // The client CAs: a file of their own, followed like the certificate files.
+        let cas = tls_source::CaFileSource::builder(path)
+            .poll_interval(args.poll)
+            .notify(args.notify)
+            .build();
+        builder = builder.client_auth(tls_reload::ClientAuth::from_source(cas).overlap(*overlap));
     }
     for (name, dir) in &args.sni.routes {
         let files = FileSource::kubernetes_dir(dir)

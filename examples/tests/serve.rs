@@ -835,3 +835,22 @@ async fn client_ca_requires_client_certificates_and_rotates_with_an_overlap() {
     );
     assert_eq!(after["client_fingerprint_sha256"], client_b.fingerprint);
 }
+
+#[tokio::test]
+async fn client_ca_goes_with_the_self_signed_default_too() {
+    let clients = TestCa::new("serve clients of the default");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clients.pem");
+    std::fs::write(&path, clients.cert_pem()).unwrap();
+    let serve = Serve::start(&["--client-ca", path.to_str().unwrap()]).await;
+    let leaf = clients.client_leaf("c");
+    let (code, body, _) = tls_test::https_get_as(serve.addr, "localhost", "/", Some(&leaf))
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["origin"], "self-signed");
+    assert_eq!(status["client_fingerprint_sha256"], leaf.fingerprint);
+    let anonymous = tls_test::https_get_as(serve.addr, "localhost", "/", None).await;
+    assert!(anonymous.is_err(), "no client certificate: refused");
+}

@@ -64,7 +64,8 @@ pub use dedup::Dedup;
 pub use error::Error;
 pub use fallback::Fallback;
 pub use file::{
-    DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, FileReader, FileSource, FileSourceBuilder,
+    CaFileSource, CaFileSourceBuilder, DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, FileReader,
+    FileSource, FileSourceBuilder,
 };
 pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::Stream;
 use futures::stream::BoxStream;
+use futures::{Stream, StreamExt as _};
+use rustls_pki_types::CertificateDer;
 
 use crate::{CertBundle, Decoder, Error, Trigger};
 
@@ -112,6 +113,7 @@ pub struct FileSourceBuilder {
 
 #[derive(Debug, Clone)]
 struct Config {
+    /// With `certificates_only`, the CA file (and `key` the same path).
     cert: PathBuf,
     key: PathBuf,
     ca: Option<PathBuf>,
@@ -120,6 +122,8 @@ struct Config {
     notify: bool,
     in_place_quiet: Duration,
     decoder: Decoder,
+    /// A [`CaFileSource`]: certificates only, no key.
+    certificates_only: bool,
 }
 
 // ===== impl FileSourceBuilder =====
@@ -182,15 +186,10 @@ impl FileSourceBuilder {
             !self.config.poll_interval.is_zero(),
             "FileSource poll interval must be above zero"
         );
-        let config = Arc::new(self.config);
-        let (trigger, triggered) = Trigger::new();
-        let inner = Box::pin(futures::stream::unfold(
-            State::Start {
-                config: config.clone(),
-                trigger: triggered,
-            },
-            State::step,
-        ));
+        let (config, trigger, inner) = spawn_unfold(self.config);
+        let inner = inner
+            .map(|item| item.map(reader::Decoded::into_bundle))
+            .boxed();
         FileSource {
             config,
             trigger,
@@ -214,6 +213,7 @@ impl FileSource {
                 notify: true,
                 in_place_quiet: DEFAULT_IN_PLACE_QUIET,
                 decoder: Decoder::new(),
+                certificates_only: false,
             },
         }
     }
@@ -246,6 +246,147 @@ impl fmt::Debug for FileSource {
             .field("cert", &self.config.cert)
             .field("key", &self.config.key)
             .field("ca", &self.config.ca)
+            .field("poll_interval", &self.config.poll_interval)
+            .field("notify", &self.config.notify)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The running state machine for `config`: its trigger and the stream of what it decodes.
+fn spawn_unfold(
+    config: Config,
+) -> (
+    Arc<Config>,
+    Trigger,
+    BoxStream<'static, Result<reader::Decoded, Error>>,
+) {
+    let config = Arc::new(config);
+    let (trigger, triggered) = Trigger::new();
+    let inner = futures::stream::unfold(
+        State::Start {
+            config: config.clone(),
+            trigger: triggered,
+        },
+        State::step,
+    )
+    .boxed();
+    (config, trigger, inner)
+}
+
+/// A stream of the CA certificates in one PEM (or DER) file, for a trust of its own (e.g.
+/// `tls_reload::ClientAuth::from_source`): followed like a [`FileSource`] (symlink swaps, the
+/// watched set following the layout, in-place writes only once quiet, the poll backstop, a
+/// [`Trigger`]), yielding the certificates whenever the file's content changes, or an error
+/// naming the file. Made by [`CaFileSource::builder`].
+///
+/// ```no_run
+/// use futures::StreamExt as _;
+/// # async fn run() {
+/// let mut cas = tls_source::CaFileSource::builder("/etc/tls/clients-ca.crt").build();
+/// while let Some(item) = cas.next().await {
+///     match item {
+///         Ok(cas) => println!("{} trusted CAs", cas.len()),
+///         Err(err) => eprintln!("{err}"),
+///     }
+/// }
+/// # }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct CaFileSource {
+    config: Arc<Config>,
+    trigger: Trigger,
+    inner: BoxStream<'static, Result<Vec<CertificateDer<'static>>, Error>>,
+}
+
+/// Configures a [`CaFileSource`]; made by [`CaFileSource::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct CaFileSourceBuilder {
+    config: Config,
+}
+
+impl CaFileSource {
+    /// Starts configuring a source for the CA bundle at `path`.
+    pub fn builder(path: impl Into<PathBuf>) -> CaFileSourceBuilder {
+        let path = path.into();
+        let mut config = FileSource::builder(path.clone(), path).config;
+        config.certificates_only = true;
+        CaFileSourceBuilder { config }
+    }
+
+    /// A handle that forces a read now (see [`FileSource::trigger`]).
+    pub fn trigger(&self) -> Trigger {
+        self.trigger.clone()
+    }
+}
+
+impl CaFileSourceBuilder {
+    /// How often the file is checked without any event. Default: [`DEFAULT_POLL_INTERVAL`].
+    ///
+    /// # Panics
+    /// [`build`](Self::build) panics if the interval is zero.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.config.poll_interval = interval;
+        self
+    }
+
+    /// Whether to watch the file's directories for changes (the fast path). Default: on.
+    pub fn notify(mut self, enabled: bool) -> Self {
+        self.config.notify = enabled;
+        self
+    }
+
+    /// See [`FileSourceBuilder::in_place_quiet`]. Default: [`DEFAULT_IN_PLACE_QUIET`].
+    pub fn in_place_quiet(mut self, quiet: Duration) -> Self {
+        self.config.in_place_quiet = quiet;
+        self
+    }
+
+    /// The largest file accepted, in bytes. Default: [`DEFAULT_MAX_SIZE`](crate::DEFAULT_MAX_SIZE).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.config.decoder = self.config.decoder.max_size(bytes);
+        self
+    }
+
+    /// Builds the source. Nothing is read until the stream is first polled.
+    ///
+    /// # Panics
+    /// If the poll interval is zero.
+    pub fn build(self) -> CaFileSource {
+        assert!(
+            !self.config.poll_interval.is_zero(),
+            "CaFileSource poll interval must be above zero"
+        );
+        let (config, trigger, inner) = spawn_unfold(self.config);
+        let inner = inner
+            .map(|item| {
+                item.map(|decoded| match decoded {
+                    reader::Decoded::Certificates(cas) => cas,
+                    // A CA file's reader decodes certificates only.
+                    reader::Decoded::Bundle(bundle) => bundle.chain().to_vec(),
+                })
+            })
+            .boxed();
+        CaFileSource {
+            config,
+            trigger,
+            inner,
+        }
+    }
+}
+
+impl Stream for CaFileSource {
+    type Item = Result<Vec<CertificateDer<'static>>, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl fmt::Debug for CaFileSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaFileSource")
+            .field("path", &self.config.cert)
             .field("poll_interval", &self.config.poll_interval)
             .field("notify", &self.config.notify)
             .finish_non_exhaustive()

@@ -7,6 +7,24 @@ use std::time::Duration;
 use super::read::{FileId, Files, PerFile, read_stable};
 use super::{Config, FileSourceBuilder, out_of_descriptors};
 use crate::{CertBundle, Digest, Error, Origin};
+use rustls_pki_types::CertificateDer;
+
+/// What a read decoded: a bundle, or (for a CA file) certificates alone.
+pub(super) enum Decoded {
+    Bundle(CertBundle),
+    Certificates(Vec<CertificateDer<'static>>),
+}
+
+impl Decoded {
+    /// The bundle of a source that reads bundles (a reader of bundles never decodes anything
+    /// else).
+    pub(super) fn into_bundle(self) -> CertBundle {
+        match self {
+            Self::Bundle(bundle) => bundle,
+            Self::Certificates(_) => unreachable!("a bundle reader decodes bundles"),
+        }
+    }
+}
 
 /// The reading half of a [`FileSource`](super::FileSource), for callers that schedule reads themselves: each
 /// [`check`](Self::check) reads the files through their paths and returns a bundle, an error, or
@@ -75,7 +93,7 @@ impl FileReader {
     /// been quiet for [`in_place_quiet`](FileSourceBuilder::in_place_quiet) yet (check again
     /// after [`settling`](Self::settling)).
     pub fn check(&mut self) -> Option<Result<CertBundle, Error>> {
-        self.read(false)
+        self.read(false).map(|item| item.map(Decoded::into_bundle))
     }
 
     /// How long until content written in place has been quiet long enough to be passed on by
@@ -91,12 +109,12 @@ impl FileReader {
     /// Any [`Error`] of reading or decoding, naming the path.
     pub fn read_now(&mut self) -> Result<CertBundle, Error> {
         match self.read(true) {
-            Some(item) => item,
+            Some(item) => item.map(Decoded::into_bundle),
             None => unreachable!("a forced read always yields an item"),
         }
     }
 
-    pub(super) fn read(&mut self, force: bool) -> Option<Result<CertBundle, Error>> {
+    pub(super) fn read(&mut self, force: bool) -> Option<Result<Decoded, Error>> {
         let read = read_stable(&self.config);
         self.starved =
             matches!(&read, Err(Error::Read { source, .. }) if out_of_descriptors(source));
@@ -131,8 +149,18 @@ impl FileReader {
         self.unsettled = None;
         self.last_ids = Some(files.ids);
         self.last_raw = Some(files.digest);
+        let config = Arc::clone(&self.config);
+        if config.certificates_only {
+            let name = config.cert.display().to_string();
+            return match config.decoder.certificates(&name, &files.contents.cert) {
+                Ok(certificates) => {
+                    self.last_error = None;
+                    Some(Ok(Decoded::Certificates(certificates)))
+                }
+                Err(err) => self.report(err, true),
+            };
+        }
         self.warn_key_mode(&files);
-        let config = &self.config;
         let origin = Origin::Files {
             cert: config.cert.clone(),
             key: config.key.clone(),
@@ -149,7 +177,7 @@ impl FileReader {
         match decoded {
             Ok(bundle) => {
                 self.last_error = None;
-                Some(Ok(bundle))
+                Some(Ok(Decoded::Bundle(bundle)))
             }
             Err(err) => self.report(err, true),
         }
@@ -161,7 +189,7 @@ impl FileReader {
     }
 
     /// Passes an error on, unless it repeats the last one and nothing forces it.
-    fn report(&mut self, err: Error, force: bool) -> Option<Result<CertBundle, Error>> {
+    fn report(&mut self, err: Error, force: bool) -> Option<Result<Decoded, Error>> {
         let message = err.to_string();
         if !force && self.last_error.as_deref() == Some(message.as_str()) {
             return None;

@@ -14,12 +14,12 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Config;
-use super::reader::FileReader;
+use super::reader::{Decoded, FileReader};
 use super::watch::{self, STARVED_RETRY, Targets, Watching};
+use crate::Error;
 use crate::trigger::Triggered;
-use crate::{CertBundle, Error};
 
-type Item = Result<CertBundle, Error>;
+type Item = Result<Decoded, Error>;
 
 pub(super) enum State {
     Start {
