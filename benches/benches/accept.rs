@@ -9,12 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::{Fed, certs, provider};
+use benches::{Fed, certs, provider, verifying_client};
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt as _;
-use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore};
 use tls_reload::{Incoming, Reloader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -102,22 +100,7 @@ fn accept(c: &mut Criterion) {
         .unwrap();
     let certs = certs(1);
     let fed = Fed::start(&runtime, &certs[0]);
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(
-            tls_source::Decoder::new()
-                .certificates("ca", certs[0].ca_pem.as_bytes())
-                .unwrap()
-                .remove(0),
-        )
-        .unwrap();
-    let mut client = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.resumption = Resumption::disabled();
-    let connector = TlsConnector::from(Arc::new(client));
+    let connector = TlsConnector::from(Arc::new(verifying_client(&certs[0])));
     let plain_addr = runtime.block_on(plain(&fed.reloader));
     let incoming_addr = runtime.block_on(incoming(&fed.reloader));
 

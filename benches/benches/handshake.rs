@@ -8,11 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::{Fed, Swapper, bundle, certs, provider};
+use benches::{Fed, Swapper, bundle, certs, provider, verifying_client};
 use criterion::{Criterion, criterion_group, criterion_main};
-use rustls::client::Resumption;
+use rustls::ServerConfig;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -54,22 +53,7 @@ fn handshakes(c: &mut Criterion) {
         .unwrap();
     let certs = certs(2);
     let bundles = [bundle(&certs[0]), bundle(&certs[1])];
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(
-            tls_source::Decoder::new()
-                .certificates("ca", certs[0].ca_pem.as_bytes())
-                .unwrap()
-                .remove(0),
-        )
-        .unwrap();
-    let mut client = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.resumption = Resumption::disabled();
-    let connector = TlsConnector::from(Arc::new(client));
+    let connector = TlsConnector::from(Arc::new(verifying_client(&certs[0])));
 
     // Two reloaders: one that keeps its certificate, one that a writer rotates every 10 ms.
     let steady = Fed::start(&runtime, &certs[0]);

@@ -198,3 +198,27 @@ impl FedRoutes {
         Self { reloader, tx }
     }
 }
+
+/// A TLS 1.3 client that verifies the chain against `cert`'s CA and never resumes: every
+/// connection is a full handshake (what the handshake and accept benches measure).
+///
+/// # Panics
+/// If the CA does not parse, which a generated one does.
+pub fn verifying_client(cert: &TestCert) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(
+            Decoder::new()
+                .certificates("ca", cert.ca_pem.as_bytes())
+                .expect("a CA")
+                .remove(0),
+        )
+        .expect("a usable root");
+    let mut client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("ring supports TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.resumption = rustls::client::Resumption::disabled();
+    client
+}

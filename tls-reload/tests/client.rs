@@ -12,24 +12,11 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tls_reload::{ClientAuth, ClientTls, Reloader};
 use tls_source::CertBundle;
-use tls_test::{TestCa, TestCert};
+use tls_test::TestCa;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-use common::provider;
-
-/// `cert` with `cas` as its `ca.crt`.
-fn bundle(cert: &TestCert, cas: &[&TestCa]) -> CertBundle {
-    let ca_pem: String = cas.iter().map(|ca| ca.cert_pem()).collect();
-    tls_source::Decoder::new()
-        .bundle(
-            ("tls.crt", cert.chain_pem.as_bytes()),
-            ("tls.key", cert.key_pem.as_bytes()),
-            Some(("ca.crt", ca_pem.as_bytes())),
-            tls_source::Origin::Other("test".into()),
-        )
-        .unwrap()
-}
+use common::{bundle_with_cas as bundle, provider};
 
 type Feed = futures::channel::mpsc::UnboundedSender<Result<CertBundle, tls_source::Error>>;
 

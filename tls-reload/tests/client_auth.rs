@@ -16,20 +16,7 @@ use tls_test::{TestCa, TestCert};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-use common::{patiently, provider};
-
-/// The server's bundle: its certificate, with `cas` as its `ca.crt`.
-fn bundle(server: &TestCert, cas: &[&TestCa]) -> CertBundle {
-    let ca_pem: String = cas.iter().map(|ca| ca.cert_pem()).collect();
-    tls_source::Decoder::new()
-        .bundle(
-            ("tls.crt", server.chain_pem.as_bytes()),
-            ("tls.key", server.key_pem.as_bytes()),
-            Some(("ca.crt", ca_pem.as_bytes())),
-            tls_source::Origin::Other("test".into()),
-        )
-        .unwrap()
-}
+use common::{bundle_with_cas as bundle, patiently, provider};
 
 struct Server {
     addr: std::net::SocketAddr,

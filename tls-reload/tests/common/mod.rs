@@ -194,3 +194,16 @@ pub fn route_installed<'a>(status: &'a Status, route: &str) -> Option<&'a str> {
         .and_then(|r| r.current.as_ref())
         .map(|c| c.fingerprint_sha256.as_str())
 }
+
+/// `cert`'s chain and key with `cas` as the bundle's CA certificates (`ca.crt`).
+pub fn bundle_with_cas(cert: &TestCert, cas: &[&tls_test::TestCa]) -> tls_source::CertBundle {
+    let ca_pem: String = cas.iter().map(|ca| ca.cert_pem()).collect();
+    tls_source::Decoder::new()
+        .bundle(
+            ("tls.crt", cert.chain_pem.as_bytes()),
+            ("tls.key", cert.key_pem.as_bytes()),
+            Some(("ca.crt", ca_pem.as_bytes())),
+            tls_source::Origin::Other(format!("test bundle {}", &cert.fingerprint[..8])),
+        )
+        .expect("a valid test bundle")
+}

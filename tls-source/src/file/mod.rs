@@ -321,31 +321,36 @@ impl CaFileSource {
 }
 
 impl CaFileSourceBuilder {
-    /// How often the file is checked without any event. Default: [`DEFAULT_POLL_INTERVAL`].
+    /// Applies a setting of [`FileSourceBuilder`]'s to this source's configuration.
+    fn with(self, set: impl FnOnce(FileSourceBuilder) -> FileSourceBuilder) -> Self {
+        let config = set(FileSourceBuilder {
+            config: self.config,
+        })
+        .config;
+        Self { config }
+    }
+
+    /// As [`FileSourceBuilder::poll_interval`]. Default: [`DEFAULT_POLL_INTERVAL`].
     ///
     /// # Panics
     /// [`build`](Self::build) panics if the interval is zero.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.config.poll_interval = interval;
-        self
+    pub fn poll_interval(self, interval: Duration) -> Self {
+        self.with(|b| b.poll_interval(interval))
     }
 
-    /// Whether to watch the file's directories for changes (the fast path). Default: on.
-    pub fn notify(mut self, enabled: bool) -> Self {
-        self.config.notify = enabled;
-        self
+    /// As [`FileSourceBuilder::notify`]. Default: on.
+    pub fn notify(self, enabled: bool) -> Self {
+        self.with(|b| b.notify(enabled))
     }
 
-    /// See [`FileSourceBuilder::in_place_quiet`]. Default: [`DEFAULT_IN_PLACE_QUIET`].
-    pub fn in_place_quiet(mut self, quiet: Duration) -> Self {
-        self.config.in_place_quiet = quiet;
-        self
+    /// As [`FileSourceBuilder::in_place_quiet`]. Default: [`DEFAULT_IN_PLACE_QUIET`].
+    pub fn in_place_quiet(self, quiet: Duration) -> Self {
+        self.with(|b| b.in_place_quiet(quiet))
     }
 
-    /// The largest file accepted, in bytes. Default: [`DEFAULT_MAX_SIZE`](crate::DEFAULT_MAX_SIZE).
-    pub fn max_size(mut self, bytes: u64) -> Self {
-        self.config.decoder = self.config.decoder.max_size(bytes);
-        self
+    /// As [`FileSourceBuilder::max_size`].
+    pub fn max_size(self, bytes: u64) -> Self {
+        self.with(|b| b.max_size(bytes))
     }
 
     /// Builds the source. Nothing is read until the stream is first polled.
