@@ -219,6 +219,11 @@ impl Trust {
         Ok(self.next_leave())
     }
 
+    /// Whether any CA is trusted (before the first, every client is refused).
+    pub(crate) fn trusts_any(&self) -> bool {
+        !self.cas.is_empty()
+    }
+
     /// The trusted CAs, for the status.
     pub(crate) fn status(&self) -> Vec<TrustedCa> {
         self.cas

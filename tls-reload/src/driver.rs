@@ -683,11 +683,13 @@ impl Driver {
             }
         }
         let statics = &self.routes[..self.statics];
-        let ready = if statics.is_empty() {
+        let routes_ready = if statics.is_empty() {
             self.routes.iter().flatten().any(|r| r.installed.is_some())
         } else {
             statics.iter().flatten().all(|r| r.installed.is_some())
         };
+        // With client authentication, a server that trusts no CA yet refuses everyone.
+        let ready = routes_ready && self.trust.as_ref().is_none_or(Trust::trusts_any);
         let (mut changed, removed) = (
             std::mem::take(&mut self.changed),
             std::mem::take(&mut self.removed),

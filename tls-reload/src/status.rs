@@ -37,7 +37,8 @@ pub struct Status {
     /// key (e.g. a Secret's `namespace/name`).
     pub routes: BTreeMap<String, RouteStatus>,
     /// Whether every configured route has a certificate (with keyed routes only: whether any
-    /// has); what [`Reloader::ready`](crate::Reloader::ready) waits for.
+    /// has), and, with [`ClientAuth`](crate::ClientAuth), a client CA is trusted; what
+    /// [`Reloader::ready`](crate::Reloader::ready) waits for.
     pub ready: bool,
     /// Whether the reload task is still running (the last certificates keep being served after
     /// it ends).
