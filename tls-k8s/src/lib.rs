@@ -4,7 +4,10 @@
 //! `ca.crt`) through the API and yields a [`CertBundle`](tls_source::CertBundle) milliseconds
 //! after it changes, for `tls-reload` to validate and serve. API trouble never takes the
 //! certificate away: a dropped watch, a 410 Gone, an API server restart or a deleted Secret is
-//! reported while the last good certificate keeps serving.
+//! reported while the last good certificate keeps serving. [`SecretsSource`] serves every TLS
+//! Secret matching a label selector. [`LeaseLock`] elects one leader among replicas by a
+//! Lease, with its round (`leaseTransitions`) as a fencing token, for the shared writer that is
+//! being built on it.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -73,9 +76,14 @@
 //! It needs `list` and `watch` on Secrets in the namespace (a Role with
 //! `verbs: ["list", "watch"]` and no `resourceNames`, which cannot restrict a selector).
 
+mod lease;
 mod secret;
 mod secrets;
 
+pub use lease::{
+    DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Leadership, LeaseHandle,
+    LeaseLock,
+};
 pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
 pub use secrets::{SecretsSource, SecretsSourceBuilder};
 

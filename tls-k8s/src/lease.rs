@@ -1,0 +1,338 @@
+//! [`LeaseLock`]: one leader among replicas, elected by a `coordination.k8s.io/v1` Lease the way
+//! client-go's leader election does it, with the round (`leaseTransitions`) as a fencing token.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The default lease duration: 15 s (client-go's).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// The default renew deadline: 10 s (client-go's).
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// The default retry period: 2 s (client-go's).
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+/// Who leads, as this replica last saw it: the fence its writes carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leadership {
+    /// The Lease's holder (`holderIdentity`), if any.
+    pub holder: Option<String>,
+    /// The round: the Lease's `leaseTransitions`, raised on every change of holder. A write
+    /// fenced by a round is refused once a later round exists.
+    pub round: u64,
+    /// Whether this replica is the holder and renewed within the renew deadline.
+    pub leading: bool,
+}
+
+/// One leader among replicas, elected by a Lease, following client-go's algorithm:
+///
+/// - The Lease is created if missing. Another holder's lease counts as expired when the Lease
+///   has not changed for `leaseDurationSeconds` **as observed on this process's monotonic
+///   clock**: wall clocks of different machines are never compared.
+/// - Taking over and renewing are a replace carrying the observed `resourceVersion` (the API
+///   server's compare-and-swap): a 409 means another replica won, and nothing is assumed.
+///   `leaseTransitions` is raised on every change of holder: it is the round.
+/// - The leader renews every retry period and steps down (says it no longer leads) when it has
+///   not renewed within the renew deadline, before its lease can expire for the others.
+/// - Followers watch the Lease (one watch, no periodic requests) and try to take over only
+///   when it has been still for a lease duration.
+///
+/// Client-go says its leader election is not a fencing mechanism; the round is: writes that
+/// carry it are refused once a later round exists (see the crate docs).
+///
+/// Needs `get`, `watch`, `create` and `update` on the Lease.
+#[must_use = "a lease lock does nothing until spawned"]
+pub struct LeaseLock {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    lease_duration: Duration,
+    renew_deadline: Duration,
+    retry_period: Duration,
+}
+
+impl fmt::Debug for LeaseLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseLock")
+            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .field("lease_duration", &self.lease_duration)
+            .field("renew_deadline", &self.renew_deadline)
+            .field("retry_period", &self.retry_period)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The running lock: its leadership, and its end.
+#[derive(Debug)]
+pub struct LeaseHandle {
+    leadership: watch::Receiver<Leadership>,
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseLock {
+    /// A lock on the Lease `namespace/name` for this replica, `identity` (e.g. the pod name).
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.into(),
+            identity: identity.into(),
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_deadline: DEFAULT_RENEW_DEADLINE,
+            retry_period: DEFAULT_RETRY_PERIOD,
+        }
+    }
+
+    /// The lease duration, the renew deadline and the retry period (defaults 15 s, 10 s,
+    /// 2 s). The renew deadline is kept below the lease duration and above the retry period.
+    pub fn timing(mut self, lease: Duration, renew_deadline: Duration, retry: Duration) -> Self {
+        self.lease_duration = lease.max(Duration::from_millis(10));
+        self.retry_period = retry.max(Duration::from_millis(1));
+        self.renew_deadline = renew_deadline
+            .min(self.lease_duration.saturating_sub(Duration::from_millis(1)))
+            .max(self.retry_period);
+        self
+    }
+
+    /// Runs the election until `token` is cancelled (a leader then stops renewing; its lease
+    /// expires for the others).
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn spawn(self, token: CancellationToken) -> LeaseHandle {
+        let (tx, rx) = watch::channel(Leadership::default());
+        let task = tokio::spawn(self.run(tx, token.clone()));
+        LeaseHandle {
+            leadership: rx,
+            token,
+            task,
+        }
+    }
+
+    async fn run(self, tx: watch::Sender<Leadership>, token: CancellationToken) {
+        let mut election = Election {
+            observed: None,
+            last_renew: None,
+        };
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let mut changes = watcher::watcher(self.api.clone(), config)
+            .default_backoff()
+            .boxed();
+        let mut next_try = Instant::now();
+        loop {
+            let leading = tx.borrow().leading;
+            // A follower tries when the lease can have expired; a leader at every retry.
+            let wake = if leading {
+                next_try
+            } else {
+                election
+                    .observed
+                    .as_ref()
+                    .filter(|o| o.holder.as_deref().is_some_and(|h| h != self.identity))
+                    .map_or(next_try, |o| (o.at + self.lease_duration).max(next_try))
+            };
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = tokio::time::sleep_until(wake) => {}
+                // Followers learn of renewals and take-overs from the watch, not by polling.
+                event = changes.next() => {
+                    if let Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) = event {
+                        election.observe(&lease);
+                        self.publish(&tx, &election);
+                    }
+                    continue;
+                }
+            }
+            next_try = Instant::now() + self.retry_period;
+            let acquired = self.try_acquire_or_renew(&mut election).await;
+            if acquired {
+                election.last_renew = Some(Instant::now());
+            }
+            let leading_now = election
+                .last_renew
+                .is_some_and(|at| at.elapsed() < self.renew_deadline)
+                && election.holder_is(&self.identity);
+            if leading && !leading_now {
+                tracing::warn!(lease = %self.name, identity = %self.identity, "could not renew the lease within the renew deadline; stepping down");
+                election.last_renew = None;
+            }
+            self.publish_leading(&tx, &election, leading_now);
+        }
+        tx.send_modify(|l| l.leading = false);
+    }
+
+    fn publish(&self, tx: &watch::Sender<Leadership>, election: &Election) {
+        let leading = tx.borrow().leading && election.holder_is(&self.identity);
+        self.publish_leading(tx, election, leading);
+    }
+
+    fn publish_leading(&self, tx: &watch::Sender<Leadership>, election: &Election, leading: bool) {
+        let Some(observed) = &election.observed else {
+            return;
+        };
+        let now = Leadership {
+            holder: observed.holder.clone(),
+            round: observed.transitions,
+            leading,
+        };
+        tx.send_if_modified(|l| {
+            if *l == now {
+                false
+            } else {
+                if now.leading != l.leading {
+                    tracing::info!(lease = %self.name, identity = %self.identity, round = now.round, leading = now.leading, "leadership changed");
+                }
+                *l = now;
+                true
+            }
+        });
+    }
+
+    /// One step of client-go's `tryAcquireOrRenew`: whether this replica holds the lease now.
+    async fn try_acquire_or_renew(&self, election: &mut Election) -> bool {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let lease = match self.api.get_opt(&self.name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.identity.clone()),
+                        lease_duration_seconds: Some(seconds(self.lease_duration)),
+                        acquire_time: Some(now.clone()),
+                        renew_time: Some(now),
+                        lease_transitions: Some(0),
+                        ..LeaseSpec::default()
+                    }),
+                };
+                return match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(created) => {
+                        election.observe(&created);
+                        true
+                    }
+                    Err(err) => {
+                        tracing::debug!(lease = %self.name, error = %err, "creating the lease failed (another replica may have)");
+                        false
+                    }
+                };
+            }
+            Err(err) => {
+                tracing::debug!(lease = %self.name, error = %err, "reading the lease failed");
+                return false;
+            }
+        };
+        election.observe(&lease);
+        let Some(observed) = election.observed.as_ref() else {
+            return false;
+        };
+        let mine = observed.holder.as_deref() == Some(self.identity.as_str());
+        let free = observed.holder.as_deref().is_none_or(str::is_empty);
+        if !mine && !free && observed.at.elapsed() < self.lease_duration {
+            return false; // Held by another, and not expired as observed here.
+        }
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if !mine {
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+            spec.acquire_time = Some(now.clone());
+        }
+        spec.holder_identity = Some(self.identity.clone());
+        spec.lease_duration_seconds = Some(seconds(self.lease_duration));
+        spec.renew_time = Some(now);
+        let replacement = Lease {
+            metadata: lease.metadata.clone(),
+            spec: Some(spec),
+        };
+        // The replace carries the resourceVersion read: the API server's compare-and-swap.
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &replacement)
+            .await
+        {
+            Ok(replaced) => {
+                election.observe(&replaced);
+                true
+            }
+            Err(err) => {
+                tracing::debug!(lease = %self.name, error = %err, "taking or renewing the lease failed (another replica may have won)");
+                false
+            }
+        }
+    }
+}
+
+impl LeaseHandle {
+    /// Who leads, as this replica sees it; updated on every change.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    /// Stops the election and waits for its task (a leader stops renewing).
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// What this replica knows of the Lease: the record last seen and when it was first seen so
+/// (on the monotonic clock), and when it last renewed.
+struct Election {
+    observed: Option<Observed>,
+    last_renew: Option<Instant>,
+}
+
+struct Observed {
+    resource_version: Option<String>,
+    holder: Option<String>,
+    transitions: u64,
+    at: Instant,
+}
+
+impl Election {
+    /// Records the Lease; the observation time moves only when the record changed.
+    fn observe(&mut self, lease: &Lease) {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let resource_version = lease.metadata.resource_version.clone();
+        if self
+            .observed
+            .as_ref()
+            .is_some_and(|o| o.resource_version == resource_version)
+        {
+            return;
+        }
+        self.observed = Some(Observed {
+            resource_version,
+            holder: spec.holder_identity,
+            transitions: u64::try_from(spec.lease_transitions.unwrap_or(0)).unwrap_or(0),
+            at: Instant::now(),
+        });
+    }
+
+    fn holder_is(&self, identity: &str) -> bool {
+        self.observed
+            .as_ref()
+            .is_some_and(|o| o.holder.as_deref() == Some(identity))
+    }
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
