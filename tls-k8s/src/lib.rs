@@ -6,8 +6,8 @@
 //! certificate away: a dropped watch, a 410 Gone, an API server restart or a deleted Secret is
 //! reported while the last good certificate keeps serving. [`SecretsSource`] serves every TLS
 //! Secret matching a label selector. [`LeaseLock`] elects one leader among replicas by a
-//! Lease, with its round (`leaseTransitions`) as a fencing token, for the shared writer that is
-//! being built on it.
+//! Lease, with its round (`leaseTransitions`) as a fencing token, and [`FencedSecret`] writes
+//! a Secret only for the latest round: the parts of the shared writer being built on them.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -76,10 +76,12 @@
 //! It needs `list` and `watch` on Secrets in the namespace (a Role with
 //! `verbs: ["list", "watch"]` and no `resourceNames`, which cannot restrict a selector).
 
+mod fenced;
 mod lease;
 mod secret;
 mod secrets;
 
+pub use fenced::{Fence, FencedSecret, HOLDER_ANNOTATION, ROUND_ANNOTATION, Written};
 pub use lease::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Leadership, LeaseHandle,
     LeaseLock,

@@ -1,0 +1,193 @@
+//! [`FencedSecret`]: writes to a Secret that carry the writer's round and identity, refused once
+//! a later round (or another holder of the same round) has written.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine as _;
+use kube::api::{DynamicObject, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+/// The annotation with the round of the last accepted write.
+pub const ROUND_ANNOTATION: &str = "tls-rotation.io/round";
+/// The annotation with the identity of the last accepted writer.
+pub const HOLDER_ANNOTATION: &str = "tls-rotation.io/holder";
+
+/// How many compare-and-swap conflicts in a row a write re-reads and decides again after.
+const CONFLICT_RETRIES: usize = 16;
+
+/// A writer's fence: its round (from the Lease: see [`Leadership`](crate::Leadership)) and
+/// its identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The round.
+    pub round: u64,
+    /// The writer's identity (the Lease holder's).
+    pub holder: String,
+}
+
+/// What became of a fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a refused write is a normal outcome that the caller decides about"]
+pub enum Written {
+    /// Accepted: the Secret now carries this fence (and the data, if any was given).
+    Accepted {
+        /// The Secret's new resourceVersion.
+        resource_version: Option<String>,
+    },
+    /// Refused: the Secret carries a later round, or the same round from another holder. The
+    /// normal outcome for a deposed writer.
+    Refused {
+        /// The fence the Secret carries.
+        stored: Fence,
+    },
+}
+
+/// Writes to one Secret, fenced: each write reads the Secret, is refused if the stored round
+/// is higher (or equal from another holder), and replaces it with the resourceVersion it read
+/// (the API server's compare-and-swap), re-reading and deciding again on a 409. So a writer
+/// paused past its lease, whose successor has stamped a later round, can no longer write.
+///
+/// Needs `get`, `create` and `update` on the Secret.
+pub struct FencedSecret {
+    api: Api<DynamicObject>,
+    namespace: String,
+    name: String,
+}
+
+impl fmt::Debug for FencedSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedSecret")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FencedSecret {
+    /// The Secret `namespace/name`.
+    pub fn new(client: Client, namespace: &str, name: impl Into<String>) -> Self {
+        Self {
+            api: crate::secret::api(client, namespace),
+            namespace: namespace.to_owned(),
+            name: name.into(),
+        }
+    }
+
+    /// The fencing write a new leader makes first: the Secret carries its round from now on,
+    /// data unchanged (a missing Secret is created, `kubernetes.io/tls` with empty keys).
+    ///
+    /// # Errors
+    /// An API error other than a conflict (which is re-read and decided again).
+    pub async fn stamp(&self, fence: &Fence) -> Result<Written, kube::Error> {
+        self.write(fence, None).await
+    }
+
+    /// Replaces the Secret's `data` with `data` (values as bytes), fenced by `fence`.
+    ///
+    /// # Errors
+    /// An API error other than a conflict.
+    pub async fn write(
+        &self,
+        fence: &Fence,
+        data: Option<&BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Written, kube::Error> {
+        let mut conflicts = 0;
+        loop {
+            let outcome = match self.api.get_opt(&self.name).await? {
+                None => self.create(fence, data).await,
+                Some(secret) => match stored_fence(&secret) {
+                    Some(stored) if refuses(&stored, fence) => {
+                        tracing::debug!(secret = %self.name, round = fence.round, stored = stored.round, "fenced write refused");
+                        return Ok(Written::Refused { stored });
+                    }
+                    _ => self.replace(secret, fence, data).await,
+                },
+            };
+            match outcome {
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && conflicts < CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn create(
+        &self,
+        fence: &Fence,
+        data: Option<&BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Written, kube::Error> {
+        let empty = BTreeMap::from([
+            ("tls.crt".to_owned(), Vec::new()),
+            ("tls.key".to_owned(), Vec::new()),
+        ]);
+        let mut secret: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": { "name": self.name, "namespace": self.namespace },
+            "type": "kubernetes.io/tls",
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        set(&mut secret, fence, Some(data.unwrap_or(&empty)));
+        let created = self.api.create(&PostParams::default(), &secret).await?;
+        Ok(Written::Accepted {
+            resource_version: created.metadata.resource_version,
+        })
+    }
+
+    async fn replace(
+        &self,
+        mut secret: DynamicObject,
+        fence: &Fence,
+        data: Option<&BTreeMap<String, Vec<u8>>>,
+    ) -> Result<Written, kube::Error> {
+        // The resourceVersion read stays in the metadata: the replace is a compare-and-swap.
+        set(&mut secret, fence, data);
+        let replaced = self
+            .api
+            .replace(&self.name, &PostParams::default(), &secret)
+            .await?;
+        Ok(Written::Accepted {
+            resource_version: replaced.metadata.resource_version,
+        })
+    }
+}
+
+/// Whether a write fenced by `fence` must be refused, given what the Secret carries.
+fn refuses(stored: &Fence, fence: &Fence) -> bool {
+    stored.round > fence.round || (stored.round == fence.round && stored.holder != fence.holder)
+}
+
+/// The fence a Secret carries, if any.
+pub(crate) fn stored_fence(secret: &DynamicObject) -> Option<Fence> {
+    let annotations = secret.metadata.annotations.as_ref()?;
+    Some(Fence {
+        round: annotations.get(ROUND_ANNOTATION)?.parse().ok()?,
+        holder: annotations.get(HOLDER_ANNOTATION)?.clone(),
+    })
+}
+
+fn set(secret: &mut DynamicObject, fence: &Fence, data: Option<&BTreeMap<String, Vec<u8>>>) {
+    let annotations = secret
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(ROUND_ANNOTATION.to_owned(), fence.round.to_string());
+    annotations.insert(HOLDER_ANNOTATION.to_owned(), fence.holder.clone());
+    if let Some(data) = data {
+        let encoded: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(v)),
+                )
+            })
+            .collect();
+        secret.data["data"] = Value::Object(encoded);
+    }
+}

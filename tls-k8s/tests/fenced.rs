@@ -1,0 +1,104 @@
+//! Fenced writes to a Secret on the API emulator: one accepted write per round between racing
+//! writers, a deposed writer refused, and the stored round never going back.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use tls_k8s::{Fence, FencedSecret, Written};
+use tls_test::KubeApi;
+
+use common::client;
+
+fn fence(round: u64, holder: &str) -> Fence {
+    Fence {
+        round,
+        holder: holder.to_owned(),
+    }
+}
+
+fn stored_round(api: &KubeApi) -> u64 {
+    let secret = api
+        .get("secrets", "default", "shared")
+        .expect("the Secret exists");
+    secret["metadata"]["annotations"][tls_k8s::ROUND_ANNOTATION]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_racing_for_a_thousand_rounds_get_exactly_one_write_each() {
+    let api = KubeApi::start().await;
+    let (a, b) = (
+        FencedSecret::new(client(&api), "default", "shared"),
+        FencedSecret::new(client(&api), "default", "shared"),
+    );
+    let data = |who: &str| BTreeMap::from([("tls.crt".to_owned(), who.as_bytes().to_vec())]);
+    let (data_a, data_b) = (data("a"), data("b"));
+    let mut last = 0;
+    for round in 1..=1000 {
+        let (fa, fb) = (fence(round, "a"), fence(round, "b"));
+        let (ra, rb) = tokio::join!(a.write(&fa, Some(&data_a)), b.write(&fb, Some(&data_b)));
+        let accepted = [ra.unwrap(), rb.unwrap()]
+            .iter()
+            .filter(|w| matches!(w, Written::Accepted { .. }))
+            .count();
+        assert_eq!(accepted, 1, "round {round}: exactly one write");
+        // A write from the round before is refused.
+        let stale = a
+            .write(&fence(round - 1, "a"), Some(&data_a))
+            .await
+            .unwrap();
+        assert!(
+            matches!(stale, Written::Refused { .. }),
+            "round {round}: {stale:?}"
+        );
+        let now = stored_round(&api);
+        assert!(now >= last, "the round never goes back");
+        last = now;
+    }
+    assert_eq!(last, 1000);
+}
+
+#[tokio::test]
+async fn a_writer_paused_past_its_lease_is_refused_after_its_successor_stamps() {
+    let api = KubeApi::start().await;
+    let old = FencedSecret::new(client(&api), "default", "shared");
+    let new = FencedSecret::new(client(&api), "default", "shared");
+    let data = BTreeMap::from([("tls.crt".to_owned(), b"old".to_vec())]);
+    assert!(matches!(
+        old.write(&fence(1, "old"), Some(&data)).await.unwrap(),
+        Written::Accepted { .. }
+    ));
+    // The successor's first act is the fencing write: data unchanged, its round stamped.
+    assert!(matches!(
+        new.stamp(&fence(2, "new")).await.unwrap(),
+        Written::Accepted { .. }
+    ));
+    let late = old
+        .write(
+            &fence(1, "old"),
+            Some(&BTreeMap::from([("tls.crt".to_owned(), b"late".to_vec())])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        Written::Refused {
+            stored: fence(2, "new")
+        }
+    );
+    let secret = api.get("secrets", "default", "shared").unwrap();
+    assert_eq!(
+        secret["data"]["tls.crt"], "b2xk",
+        "still the old data (base64 of `old`)"
+    );
+    assert_eq!(stored_round(&api), 2);
+    // The same round from the same holder is its own: accepted.
+    assert!(matches!(
+        new.stamp(&fence(2, "new")).await.unwrap(),
+        Written::Accepted { .. }
+    ));
+}
