@@ -64,4 +64,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The persisted CA cannot be read back. It is not replaced (clients may pin it) unless
+    /// [`Builder::replace_corrupt_ca`](crate::Builder::replace_corrupt_ca) says so.
+    #[error(
+        "persisted CA {} cannot be used ({reason}); not replaced, as clients may pin it: fix or \
+         remove it, or allow a new CA with replace_corrupt_ca(true)",
+        path.display()
+    )]
+    CorruptCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }

@@ -157,6 +157,7 @@ pub(crate) struct Config {
     pub(crate) common_name: Option<String>,
     pub(crate) ca: Option<CaConfig>,
     pub(crate) persist: Option<PathBuf>,
+    pub(crate) replace_corrupt_ca: bool,
 }
 
 /// Generates self-signed (or CA-signed) certificates; made by [`SelfSigned::builder`].
@@ -261,9 +262,19 @@ impl Builder {
         self
     }
 
+    /// With [`persist`](Self::persist) in CA mode: replace a persisted CA that cannot be read
+    /// back (a corrupt `ca.key`) with a new one, instead of failing with
+    /// [`Error::Corrupt`](crate::Error::Corrupt). Off by default: clients pin the CA, and a new
+    /// one breaks them.
+    pub fn replace_corrupt_ca(mut self, replace: bool) -> Self {
+        self.config.replace_corrupt_ca = replace;
+        self
+    }
+
     /// Keeps the generated pair (and CA) in `dir` (`tls.crt`, `tls.key`, `ca.crt`, `ca.key`; key
-    /// files mode 0600, every file written atomically) and reuses them on start while they still
-    /// fit; see [`SelfSigned::into_source`].
+    /// files mode 0600; each generation made visible by one atomic swap of a `..data` symlink,
+    /// the layout `FileSource` follows) and reuses them on start while they still fit; see
+    /// [`SelfSigned::into_source`].
     pub fn persist(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.persist = Some(dir.into());
         self
@@ -361,6 +372,7 @@ impl SelfSigned {
                 common_name: None,
                 ca: None,
                 persist: None,
+                replace_corrupt_ca: false,
             },
             clock: Arc::new(SystemClock),
         }
@@ -536,6 +548,10 @@ impl SelfSigned {
         }
     }
 
+    pub(crate) fn replaces_corrupt_ca(&self) -> bool {
+        self.config.replace_corrupt_ca
+    }
+
     pub(crate) fn persist_dir(&self) -> Option<&std::path::Path> {
         self.config.persist.as_deref()
     }
@@ -543,7 +559,18 @@ impl SelfSigned {
     pub(crate) fn write_leaf(&self, generated: &Generated) -> Result<(), Error> {
         match self.persist_dir() {
             Some(dir) => {
-                persist::write_pair(dir, "tls", &generated.pem.cert_pem, &generated.pem.key_pem)
+                // The CA (in CA mode) goes with the leaf it signs, in the same swap: a CA renewed
+                // while running is on disk before (never after) a leaf signed by it.
+                let ca = self.current_ca()?;
+                let mut files = vec![
+                    ("tls.crt", generated.pem.cert_pem.as_str(), 0o644),
+                    ("tls.key", generated.pem.key_pem.as_str(), 0o600),
+                ];
+                if let Some(ca) = &ca {
+                    files.push(("ca.crt", ca.cert_pem.as_str(), 0o644));
+                    files.push(("ca.key", ca.key_pem.as_str(), 0o600));
+                }
+                persist::write_set(dir, &files)
             }
             None => Ok(()),
         }

@@ -1,8 +1,12 @@
-//! Keeping generated pairs in a directory: atomic writes, key files mode 0600.
+//! Keeping generated pairs in a directory: every file of a generation (certificate, key, CA
+//! certificate and key) written into a new directory and made visible by one atomic swap of a
+//! `..data` symlink (the kubelet's layout, which `FileSource` follows), key files mode 0600.
 
 use std::fs;
 use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(not(unix))]
+use std::path::PathBuf;
 
 use crate::Error;
 
@@ -16,23 +20,98 @@ pub(crate) fn read(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, Error> {
     }
 }
 
-/// Writes `dir/{stem}.key` (mode 0600) then `dir/{stem}.crt` (mode 0644), each atomically.
-pub(crate) fn write_pair(
-    dir: &Path,
-    stem: &str,
-    cert_pem: &str,
-    key_pem: &str,
-) -> Result<(), Error> {
+/// Writes `files` (name, content, mode) as one generation: into a new `dir/..<n>` directory,
+/// then `dir/..data` is pointed at it by one rename, and `dir/<name>` are links through
+/// `..data`. A reader of `dir/<name>` sees the old set or the new one, never a mix; the
+/// previous generation is removed after. (Without symlinks: each file renamed into place.)
+pub(crate) fn write_set(dir: &Path, files: &[(&str, &str, u32)]) -> Result<(), Error> {
     fs::create_dir_all(dir).map_err(|source| Error::Persist {
         path: dir.to_path_buf(),
         source,
     })?;
-    write_atomic(&dir.join(format!("{stem}.key")), key_pem.as_bytes(), 0o600)?;
-    write_atomic(&dir.join(format!("{stem}.crt")), cert_pem.as_bytes(), 0o644)
+    #[cfg(unix)]
+    {
+        swap_in(dir, files)
+    }
+    #[cfg(not(unix))]
+    {
+        for (name, content, mode) in files {
+            write_atomic(&dir.join(name), content.as_bytes(), *mode)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn swap_in(dir: &Path, files: &[(&str, &str, u32)]) -> Result<(), Error> {
+    use std::os::unix::fs::symlink;
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Persist { path, source }
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let generation = format!("..{nanos}.{}", std::process::id());
+    let gen_dir = dir.join(&generation);
+    fs::create_dir(&gen_dir).map_err(err(&gen_dir))?;
+    for (name, content, mode) in files {
+        write_new(&gen_dir.join(name), content.as_bytes(), *mode)?;
+    }
+    sync_dir(&gen_dir);
+    let old = fs::read_link(dir.join("..data")).ok();
+    let tmp = dir.join("..data_tmp");
+    let _ = fs::remove_file(&tmp);
+    symlink(&generation, &tmp).map_err(err(&tmp))?;
+    // The one atomic step.
+    fs::rename(&tmp, dir.join("..data")).map_err(err(&dir.join("..data")))?;
+    for (name, _, _) in files {
+        let visible = dir.join(name);
+        if fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink()) {
+            continue;
+        }
+        // A plain file of an older layout is replaced by the link, atomically too.
+        let link = dir.join(format!(".{name}.link"));
+        let _ = fs::remove_file(&link);
+        symlink(Path::new("..data").join(name), &link).map_err(err(&link))?;
+        fs::rename(&link, &visible).map_err(err(&visible))?;
+    }
+    sync_dir(dir);
+    if let Some(old) = old.filter(|old| old != Path::new(&generation)) {
+        let _ = fs::remove_dir_all(dir.join(old));
+    }
+    Ok(())
+}
+
+/// Creates `path` with `mode` and `bytes`, synced.
+#[cfg(unix)]
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Error> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let persist_err = |source| Error::Persist {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(persist_err)?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(persist_err)
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(dir) = fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
 }
 
 /// Writes a temporary file beside `path` with `mode`, syncs it, renames it over `path`, and syncs
 /// the directory: a reader sees the old file or the new one, never a part.
+#[cfg(not(unix))]
 fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Error> {
     let persist_err = |source| Error::Persist {
         path: path.to_path_buf(),

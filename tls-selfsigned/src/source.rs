@@ -112,8 +112,9 @@ impl State {
         let Some(dir) = self.generator.persist_dir().map(Path::to_path_buf) else {
             return self.renew();
         };
-        if self.generator.is_ca_mode() {
-            self.load_ca(&dir)?;
+        if self.generator.is_ca_mode() && !self.load_ca(&dir)? {
+            // A new CA: the persisted leaf was signed by another.
+            return self.renew();
         }
         let cert = persist::read(&dir, "tls.crt")?;
         let key = persist::read(&dir, "tls.key")?;
@@ -159,34 +160,50 @@ impl State {
         }
     }
 
-    /// Loads the persisted CA when it fits; else reports what is wrong and lets a new one be
-    /// generated and persisted.
-    fn load_ca(&mut self, dir: &Path) -> Result<(), Error> {
+    /// Loads the persisted CA: `true` when it fits and is used; `false` when there is none or
+    /// it is due for renewal (a new one is generated, persisted with the next leaf). A CA that
+    /// cannot be read back (a corrupt `ca.crt` or `ca.key`) is an error, not silently replaced:
+    /// clients pin it. Unless `Builder::replace_corrupt_ca`.
+    fn load_ca(&mut self, dir: &Path) -> Result<bool, Error> {
         let cert = persist::read(dir, "ca.crt")?;
         let key = persist::read(dir, "ca.key")?;
-        if let (Some(cert), Some(key)) = (&cert, &key) {
-            let loaded = match (std::str::from_utf8(cert), std::str::from_utf8(key)) {
-                (Ok(cert), Ok(key)) => Ca::from_pem(cert, key),
-                _ => Err(Error::Ca {
-                    reason: "not UTF-8 PEM".into(),
-                }),
-            };
-            match loaded {
-                Ok(ca) => match self.generator.ca_fits(&ca) {
-                    Ok(()) => {
-                        self.generator.set_ca(ca);
-                        return Ok(());
-                    }
-                    Err(unfit) => tracing::info!(reason = %unfit, "regenerating the persisted CA"),
-                },
-                Err(err) => self.queue.push_back(Err(report(Error::Corrupt {
-                    path: dir.join("ca.crt"),
-                    reason: err.to_string(),
-                }))),
+        let (cert, key) = match (cert, key) {
+            (None, None) => return Ok(false),
+            (Some(cert), Some(key)) => (cert, key),
+            (cert, _) => {
+                let missing = if cert.is_none() { "ca.crt" } else { "ca.key" };
+                return self.corrupt_ca(dir.join(missing), "missing beside the other".into());
             }
+        };
+        let loaded = match (std::str::from_utf8(&cert), std::str::from_utf8(&key)) {
+            (Ok(cert), Ok(key)) => Ca::from_pem(cert, key),
+            _ => Err(Error::Ca {
+                reason: "not UTF-8 PEM".into(),
+            }),
+        };
+        match loaded {
+            Ok(ca) => match self.generator.ca_fits(&ca) {
+                Ok(()) => {
+                    self.generator.set_ca(ca);
+                    Ok(true)
+                }
+                Err(unfit) => {
+                    tracing::info!(reason = %unfit, "renewing the persisted CA");
+                    Ok(false)
+                }
+            },
+            Err(err) => self.corrupt_ca(dir.join("ca.key"), err.to_string()),
         }
-        let ca = self.generator.current_ca()?.expect("CA mode");
-        persist::write_pair(dir, "ca", &ca.cert_pem, &ca.key_pem)
+    }
+
+    fn corrupt_ca(&mut self, path: std::path::PathBuf, reason: String) -> Result<bool, Error> {
+        if self.generator.replaces_corrupt_ca() {
+            let err = Error::Corrupt { path, reason };
+            tracing::warn!(error = %err, "replacing the corrupt CA, as configured: clients that pinned it must trust the new one");
+            self.queue.push_back(Err(report(err)));
+            return Ok(false);
+        }
+        Err(Error::CorruptCa { path, reason })
     }
 
     fn reuse(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<Generated, Error> {

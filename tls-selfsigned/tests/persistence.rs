@@ -181,9 +181,91 @@ async fn the_ca_is_kept_and_reused() {
         renamed.ca(),
         "clients pinning the CA keep working"
     );
-    // A corrupt CA key: reported, a new CA, and a new leaf signed by it.
+    // A corrupt CA key: an error naming it, and nothing replaced (clients pin the CA)...
     fs::write(dir.path().join("ca.key"), "garbage").unwrap();
-    let (reports, fresh) = start(g()).await;
-    assert!(reports.iter().any(|r| r.contains("ca.crt")), "{reports:?}");
+    let mut source = g().into_source();
+    let err = source.next().await.unwrap().unwrap_err().to_string();
+    assert!(
+        err.contains("ca.key") && err.contains("not replaced"),
+        "{err}"
+    );
+    drop(source);
+    assert_eq!(fs::read(dir.path().join("ca.key")).unwrap(), b"garbage");
+    // ...unless a new CA is asked for: reported, a new CA, and a new leaf signed by it.
+    let replacing = builder(dir.path(), &["localhost"])
+        .ca()
+        .replace_corrupt_ca(true)
+        .build()
+        .unwrap();
+    let (reports, fresh) = start(replacing).await;
+    assert!(reports.iter().any(|r| r.contains("ca.key")), "{reports:?}");
     assert_ne!(fresh.ca(), first.ca());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ca_renewed_while_running_is_persisted_and_served_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(SteppedClock::starting_at(SystemTime::now()));
+    // Leaves for 30 days, the CA for 60: 41 days on, the CA is inside its renewal window.
+    let g = || {
+        builder(dir.path(), &["localhost"])
+            .ca()
+            .ca_validity(Duration::from_secs(60 * 86400))
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let mut source = g().into_source();
+    let first = source.next().await.unwrap().unwrap();
+    clock.step(Duration::from_secs(41 * 86400));
+    let renewed = source.next().await.unwrap().unwrap();
+    assert_ne!(renewed.ca(), first.ca(), "the CA was renewed with the leaf");
+    drop(source);
+    let on_disk = tls_source::Decoder::new()
+        .certificates("ca.crt", &fs::read(dir.path().join("ca.crt")).unwrap())
+        .unwrap();
+    assert_eq!(on_disk, renewed.ca(), "the renewed CA is on disk");
+    let (reports, again) = start(g()).await;
+    assert!(reports.is_empty(), "{reports:?}");
+    assert_eq!(
+        again.ca(),
+        renewed.ca(),
+        "after a restart: the same CA, not a third"
+    );
+    assert_eq!(again.digest(), renewed.digest(), "and the same leaf");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn each_generation_is_one_atomic_swap_in_the_kubelet_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = builder(dir.path(), &["localhost"]).ca().build().unwrap();
+    let (_, first) = start(g.clone()).await;
+    let link = |name: &str| fs::read_link(dir.path().join(name)).unwrap();
+    for name in ["tls.crt", "tls.key", "ca.crt", "ca.key"] {
+        assert_eq!(
+            link(name),
+            Path::new("..data").join(name),
+            "{name} goes through ..data"
+        );
+    }
+    let generation = link("..data");
+    // A new generation (new names) replaces the whole set by one rename of ..data.
+    let wider = builder(dir.path(), &["localhost", "api.test"])
+        .ca()
+        .build()
+        .unwrap();
+    let (_, second) = start(wider).await;
+    assert_ne!(first.digest(), second.digest());
+    assert_ne!(link("..data"), generation, "a new generation directory");
+    assert!(
+        !dir.path().join(&generation).exists(),
+        "the previous one is removed"
+    );
+    // What FileSource reads there is the new pair.
+    let mut files = tls_source::FileSource::kubernetes_dir(dir.path())
+        .notify(false)
+        .build();
+    let read = files.next().await.unwrap().unwrap();
+    assert_eq!(read.chain()[0], second.chain()[0]);
 }
