@@ -99,7 +99,7 @@ async fn a_ca_leaving_the_bundle_is_trusted_for_the_overlap_then_refused_even_wh
     let server_cert = server_ca.leaf(&["localhost"]);
     let (client_a, client_b) = (a.client_leaf("client-a"), b.client_leaf("client-b"));
     let fp = |ca: &TestCa| tls_test::fingerprint(ca.cert_der().as_ref());
-    let overlap = Duration::from_millis(1500);
+    let overlap = Duration::from_secs(3);
     let server = Server::start(
         ClientAuth::from_bundle().overlap(overlap),
         bundle(&server_cert, &[&a]),
