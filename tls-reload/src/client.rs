@@ -6,24 +6,15 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
 use futures::StreamExt as _;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{
-    ClientSessionMemoryCache, ClientSessionStore, ResolvesClientCert, Resumption,
-};
+use rustls::ClientConfig;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tls_source::{CertSource, CertSourceExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::tls::client::{Identity, Sessions, Verifier};
 use crate::{CertInfo, Error, Policy, Purpose, Validator};
-
-/// How many sessions the client keeps for resumption (rustls's default).
-const SESSIONS: usize = 256;
 
 /// The client side of mTLS, rotating: a `ClientConfig` ([`client_config`](Self::client_config))
 /// whose client certificate and trusted roots follow a [`CertSource`] of client bundles: the
@@ -156,13 +147,8 @@ impl ClientTlsBuilder {
         let validator = Validator::new(Arc::clone(&provider), policy);
         let parts = Arc::new(Parts {
             identity: Arc::new(Identity::default()),
-            verifier: Arc::new(Verifier {
-                inner: ArcSwapOption::empty(),
-                algorithms: provider.signature_verification_algorithms,
-            }),
-            sessions: Arc::new(Sessions {
-                inner: ArcSwap::from_pointee(ClientSessionMemoryCache::new(SESSIONS)),
-            }),
+            verifier: Arc::new(Verifier::new(&provider)),
+            sessions: Arc::new(Sessions::default()),
         });
         let token = self.token.unwrap_or_default().child_token();
         let (tx, rx) = watch::channel(ClientStatus {
@@ -202,13 +188,12 @@ impl ClientTls {
     /// # Errors
     /// If the provider supports no safe protocol version.
     pub fn client_config(&self) -> Result<ClientConfig, rustls::Error> {
-        let mut config = ClientConfig::builder_with_provider(Arc::clone(&self.provider))
-            .with_safe_default_protocol_versions()?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::clone(&self.parts.verifier) as _)
-            .with_client_cert_resolver(Arc::clone(&self.parts.identity) as _);
-        config.resumption = Resumption::store(Arc::clone(&self.parts.sessions) as _);
-        Ok(config)
+        crate::tls::client::client_config(
+            &self.provider,
+            &self.parts.identity,
+            &self.parts.verifier,
+            &self.parts.sessions,
+        )
     }
 
     /// The status: the identity presented, the roots, the last error.
@@ -289,21 +274,23 @@ async fn run(
         let validated = item
             .map_err(Error::Source)
             .and_then(|bundle| validator.validate(&bundle));
-        match validated.and_then(|v| roots(&v, &provider).map(|r| (v, r))) {
+        let roots = |v: &crate::Validated| {
+            Verifier::for_roots(v.ca(), &provider).map_err(|reason| Error::Untrusted {
+                origin: v.info().origin.clone(),
+                reason,
+            })
+        };
+        match validated.and_then(|v| roots(&v).map(|r| (v, r))) {
             Ok((validated, (verifier, fingerprints))) => {
                 if installed == Some(validated.digest()) {
                     status.send_modify(|s| s.last_error = None);
                     continue;
                 }
                 installed = Some(validated.digest());
-                identity
-                    .current
-                    .store(Some(Arc::clone(validated.certified_key())));
-                task.verifier.inner.store(Some(Arc::new(verifier)));
+                identity.store(Arc::clone(validated.certified_key()));
+                task.verifier.store(verifier);
                 // Nothing resumed from before: old identity, old roots.
-                task.sessions
-                    .inner
-                    .store(Arc::new(ClientSessionMemoryCache::new(SESSIONS)));
+                task.sessions.clear();
                 let info = validated.info().clone();
                 tracing::info!(fingerprint = %info.fingerprint_sha256, origin = %info.origin, roots = fingerprints.len(), "client certificate installed");
                 status.send_modify(|s| {
@@ -321,159 +308,4 @@ async fn run(
     }
     drop(source);
     status.send_modify(|s| s.running = false);
-}
-
-/// The server verifier for the bundle's CA certificates, and their fingerprints.
-fn roots(
-    validated: &crate::Validated,
-    provider: &Arc<CryptoProvider>,
-) -> Result<(Arc<dyn ServerCertVerifier>, Vec<String>), Error> {
-    let origin = || validated.info().origin.clone();
-    if validated.ca().is_empty() {
-        return Err(Error::Untrusted {
-            origin: origin(),
-            reason: "the bundle has no CA certificate (ca.crt) to trust servers with".into(),
-        });
-    }
-    let mut store = RootCertStore::empty();
-    for ca in validated.ca() {
-        store.add(ca.clone()).map_err(|e| Error::Untrusted {
-            origin: origin(),
-            reason: format!("a CA certificate cannot be a root: {e}"),
-        })?;
-    }
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        Arc::new(store),
-        Arc::clone(provider),
-    )
-    .build()
-    .map_err(|e| Error::Untrusted {
-        origin: origin(),
-        reason: e.to_string(),
-    })?;
-    let fingerprints = validated
-        .ca()
-        .iter()
-        .map(|ca| tls_source::Digest::of(ca).to_string())
-        .collect();
-    Ok((verifier, fingerprints))
-}
-
-/// The client certificate presented now.
-#[derive(Debug, Default)]
-struct Identity {
-    current: ArcSwapOption<CertifiedKey>,
-}
-
-impl ResolvesClientCert for Identity {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[SignatureScheme],
-    ) -> Option<Arc<CertifiedKey>> {
-        self.current.load_full()
-    }
-
-    fn has_certs(&self) -> bool {
-        self.current.load().is_some()
-    }
-}
-
-/// The server verifier for the roots trusted now; refuses every server before the first.
-#[derive(Debug)]
-struct Verifier {
-    inner: ArcSwapOption<Arc<dyn ServerCertVerifier>>,
-    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for Verifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.inner.load().as_deref() {
-            Some(inner) => {
-                inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-            }
-            None => Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::UnknownIssuer,
-            )),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// The client's session cache, replaced (emptied) on every rotation.
-#[derive(Debug)]
-struct Sessions {
-    inner: ArcSwap<ClientSessionMemoryCache>,
-}
-
-impl ClientSessionStore for Sessions {
-    fn set_kx_hint(&self, server_name: ServerName<'static>, group: rustls::NamedGroup) {
-        self.inner.load().set_kx_hint(server_name, group);
-    }
-
-    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
-        self.inner.load().kx_hint(server_name)
-    }
-
-    fn set_tls12_session(
-        &self,
-        server_name: ServerName<'static>,
-        value: rustls::client::Tls12ClientSessionValue,
-    ) {
-        self.inner.load().set_tls12_session(server_name, value);
-    }
-
-    fn tls12_session(
-        &self,
-        server_name: &ServerName<'_>,
-    ) -> Option<rustls::client::Tls12ClientSessionValue> {
-        self.inner.load().tls12_session(server_name)
-    }
-
-    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
-        self.inner.load().remove_tls12_session(server_name);
-    }
-
-    fn insert_tls13_ticket(
-        &self,
-        server_name: ServerName<'static>,
-        value: rustls::client::Tls13ClientSessionValue,
-    ) {
-        self.inner.load().insert_tls13_ticket(server_name, value);
-    }
-
-    fn take_tls13_ticket(
-        &self,
-        server_name: &ServerName<'static>,
-    ) -> Option<rustls::client::Tls13ClientSessionValue> {
-        self.inner.load().take_tls13_ticket(server_name)
-    }
 }

@@ -128,8 +128,8 @@ pub(crate) struct Trust {
     /// The config every new connection loads; the [`Reloader`](crate::Reloader) handles hold it.
     config: Weak<ArcSwap<ServerConfig>>,
     warned_ticketer: bool,
-    /// The trust source was taken by the driver (so this is not the bundle's trust).
-    had_source: bool,
+    /// The trust is the served bundle's (no source of its own).
+    from_bundle: bool,
 }
 
 impl Trust {
@@ -144,6 +144,7 @@ impl Trust {
         let config = crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
         let shared = Arc::new(ArcSwap::from_pointee(config.clone()));
         let mut trust = Self {
+            from_bundle: auth.source.is_none(),
             auth,
             provider,
             resolver: Arc::downgrade(resolver),
@@ -151,7 +152,6 @@ impl Trust {
             sessions,
             config: Arc::downgrade(&shared),
             warned_ticketer: false,
-            had_source: false,
         };
         trust.finish_and_store(config);
         Ok((trust, shared))
@@ -159,14 +159,12 @@ impl Trust {
 
     /// Whether the trust is the served bundle's CA certificates.
     pub(crate) fn is_the_bundles(&self) -> bool {
-        self.auth.source.is_none() && !self.had_source
+        self.from_bundle
     }
 
     /// The trust source of its own, for the driver to poll.
     pub(crate) fn take_source(&mut self) -> Option<BoxStream<'static, TrustItem>> {
-        let source = self.auth.source.take();
-        self.had_source |= source.is_some();
-        source
+        self.auth.source.take()
     }
 
     /// The CAs of a bundle just installed. Returns the earliest time a leaving CA must be

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{StoresServerSessions, WebPkiClientVerifier};
@@ -12,7 +12,7 @@ use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
 };
 
-use super::CertResolver;
+use super::{CertResolver, Signatures};
 
 /// A `ServerConfig` that requires a client certificate chaining to one of `roots`, serving from
 /// `resolver`, resuming from `sessions`, issuing no stateless tickets.
@@ -23,7 +23,9 @@ pub(crate) fn mtls_server_config(
     sessions: &Arc<dyn StoresServerSessions>,
 ) -> Result<ServerConfig, rustls::Error> {
     let verifier: Arc<dyn ClientCertVerifier> = if roots.is_empty() {
-        Arc::new(RefuseAll(provider.signature_verification_algorithms))
+        Arc::new(RefuseAll(Signatures(
+            provider.signature_verification_algorithms,
+        )))
     } else {
         let mut store = RootCertStore::empty();
         for root in roots {
@@ -43,7 +45,7 @@ pub(crate) fn mtls_server_config(
 
 /// Refuses every client certificate: the verifier while no CA is trusted.
 #[derive(Debug)]
-struct RefuseAll(WebPkiSupportedAlgorithms);
+struct RefuseAll(Signatures);
 
 impl ClientCertVerifier for RefuseAll {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
@@ -67,7 +69,7 @@ impl ClientCertVerifier for RefuseAll {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+        self.0.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -76,10 +78,10 @@ impl ClientCertVerifier for RefuseAll {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+        self.0.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.0.schemes()
     }
 }

@@ -1,6 +1,7 @@
 //! Everything that touches rustls's API lives in this module, so that a rustls upgrade (0.24
 //! renames `ResolvesServerCert`) changes these files only.
 
+pub(crate) mod client;
 mod client_auth;
 mod resolver;
 mod sni;
@@ -158,3 +159,32 @@ pub(crate) const PROVIDER_FEATURES: &str = if cfg!(all(feature = "ring", feature
      [\"ring\"] } (or [\"aws-lc-rs\"]); or pass one to Builder::crypto_provider; or install a \
      process default with CryptoProvider::install_default before building the reloader"
 };
+
+/// The handshake-signature checks every verifier of ours does the same way: with the
+/// provider's algorithms (only the certificate decision differs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Signatures(pub(crate) rustls::crypto::WebPkiSupportedAlgorithms);
+
+impl Signatures {
+    pub(crate) fn tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    pub(crate) fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    pub(crate) fn schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
