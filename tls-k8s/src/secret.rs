@@ -83,13 +83,15 @@ pub(crate) struct Keys {
     pub(crate) ca: String,
 }
 
+impl Keys {
+    pub(crate) fn new(cert: String, key: String, ca: String) -> Self {
+        Self { cert, key, ca }
+    }
+}
+
 impl Default for Keys {
     fn default() -> Self {
-        Self {
-            cert: TLS_CRT.to_owned(),
-            key: TLS_KEY.to_owned(),
-            ca: CA_CRT.to_owned(),
-        }
+        Self::new(TLS_CRT.to_owned(), TLS_KEY.to_owned(), CA_CRT.to_owned())
     }
 }
 
@@ -114,11 +116,7 @@ impl SecretSourceBuilder {
         key: impl Into<String>,
         ca: impl Into<String>,
     ) -> Self {
-        self.keys = Keys {
-            cert: cert.into(),
-            key: key.into(),
-            ca: ca.into(),
-        };
+        self.keys = Keys::new(cert.into(), key.into(), ca.into());
         self
     }
 

@@ -96,11 +96,7 @@ impl SecretsSourceBuilder {
         key: impl Into<String>,
         ca: impl Into<String>,
     ) -> Self {
-        self.keys = Keys {
-            cert: cert.into(),
-            key: key.into(),
-            ca: ca.into(),
-        };
+        self.keys = Keys::new(cert.into(), key.into(), ca.into());
         self
     }
 
