@@ -112,7 +112,7 @@ SNI (the certificate chosen above is the default, for every other name):
 With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1.
   --name NAME                     also for this DNS name or IP address (repeatable)
   --self-signed-validity DURATION lifetime of each certificate, e.g. 6s or 90d (default 90d;
-                                  1s to 36500d);
+                                  3s to 36500d);
                                   renewed when a third remains
   --self-signed-dir DIR           keep the certificate (and CA) in DIR and reuse it on restart
   --self-signed-ca                sign the certificates with a stable CA, shown in the status";
@@ -125,9 +125,10 @@ const DEFAULT_LOG_FILTER: &str = "info,kube_client=error,hyper=error,hyper_util=
 /// arithmetic overflows for nothing.
 const MIN_POLL: (Duration, &str) = (Duration::from_millis(10), "10ms");
 const MAX_POLL: (Duration, &str) = (Duration::from_secs(365 * 24 * 3600), "365d");
-/// The self-signed validity's bounds: renewal needs a second to work with; X.509 dates end in
-/// the year 9999, so a hundred years is plenty.
-const MIN_VALIDITY: (Duration, &str) = (Duration::from_secs(1), "1s");
+/// The self-signed validity's bounds: tls-selfsigned's minimum (certificate times have
+/// one-second precision, so shorter leaves cannot be renewed safely); X.509 dates end in the
+/// year 9999, so a hundred years is plenty.
+const MIN_VALIDITY: (Duration, &str) = (tls_selfsigned::MIN_VALIDITY, "3s");
 const MAX_VALIDITY: (Duration, &str) = (Duration::from_secs(100 * 365 * 24 * 3600), "36500d");
 
 /// Checks that a duration flag is within its bounds (each a value and how to write it).

@@ -293,7 +293,11 @@ async fn durations_out_of_bounds_are_explained_not_panicked_on() {
         ),
         (
             ["--self-signed-validity", "3650000d"],
-            "--self-signed-validity 3650000d: must be between 1s and 36500d",
+            "--self-signed-validity 3650000d: must be between 3s and 36500d",
+        ),
+        (
+            ["--self-signed-validity", "1s"],
+            "--self-signed-validity 1s: must be between 3s and 36500d",
         ),
     ] {
         let out =

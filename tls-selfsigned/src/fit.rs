@@ -13,19 +13,47 @@ use x509_parser::prelude::{FromDer as _, X509Certificate};
 
 use crate::SelfSigned;
 
+/// Which half of a pair an [`Unfit`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// The certificate (`tls.crt`).
+    Certificate,
+    /// The private key (`tls.key`).
+    PrivateKey,
+}
+
+impl Part {
+    /// The file (or Secret data key) the part is kept in: `tls.crt` or `tls.key`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::Certificate => "tls.crt",
+            Self::PrivateKey => "tls.key",
+        }
+    }
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Certificate => "certificate",
+            Self::PrivateKey => "private key",
+        })
+    }
+}
+
 /// Why a certificate must be regenerated. Generation is the expensive step: the check comes first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unfit {
     /// The certificate or the key is missing.
     Missing {
-        /// `certificate` or `private key`.
-        what: &'static str,
+        /// Which.
+        what: Part,
     },
     /// The certificate or the key cannot be parsed.
     Unparsable {
-        /// `certificate` or `private key`.
-        what: &'static str,
+        /// Which.
+        what: Part,
         /// What the parser said (never key bytes).
         reason: String,
     },
@@ -50,8 +78,20 @@ pub enum Unfit {
     MissingDnsNames(Vec<String>),
     /// Wanted IP addresses are not on the certificate.
     MissingIpAddresses(Vec<IpAddr>),
-    /// In CA mode: the certificate was not signed by the current CA.
+    /// In CA mode: the certificate was not signed by the current CA (or there is no CA yet).
     WrongIssuer,
+}
+
+impl Unfit {
+    /// Whether the input is broken (missing, unparsable, or a key of another pair), as opposed
+    /// to a sound certificate that no longer fits (expired, due, names, issuer). Broken input
+    /// is worth reporting; the rest is ordinary renewal.
+    pub fn is_broken(&self) -> bool {
+        matches!(
+            self,
+            Self::Missing { .. } | Self::Unparsable { .. } | Self::KeyMismatch
+        )
+    }
 }
 
 impl fmt::Display for Unfit {
@@ -117,23 +157,23 @@ impl SelfSigned {
     /// The first reason found, in the order of [`Unfit`]'s variants.
     pub fn check(&self, cert_pem: Option<&[u8]>, key_pem: Option<&[u8]>) -> Result<(), Unfit> {
         let cert_pem = cert_pem.ok_or(Unfit::Missing {
-            what: "certificate",
+            what: Part::Certificate,
         })?;
         let key_pem = key_pem.ok_or(Unfit::Missing {
-            what: "private key",
+            what: Part::PrivateKey,
         })?;
         let decoder = tls_source::Decoder::new();
         let chain =
             decoder
                 .certificates("certificate", cert_pem)
                 .map_err(|e| Unfit::Unparsable {
-                    what: "certificate",
+                    what: Part::Certificate,
                     reason: e.to_string(),
                 })?;
         let key = decoder
             .private_key("private key", key_pem)
             .map_err(|e| Unfit::Unparsable {
-                what: "private key",
+                what: Part::PrivateKey,
                 reason: e.to_string(),
             })?;
         self.check_parts(&chain[0], &key)
@@ -149,18 +189,18 @@ impl SelfSigned {
     /// The first reason found.
     pub fn check_bundle(&self, bundle: &CertBundle) -> Result<(), Unfit> {
         let leaf = bundle.leaf().ok_or(Unfit::Missing {
-            what: "certificate",
+            what: Part::Certificate,
         })?;
         self.check_parts(leaf, bundle.key())
     }
 
     pub(crate) fn check_parts(&self, leaf: &[u8], key: &PrivateKeyDer<'_>) -> Result<(), Unfit> {
         let parsed = parse(leaf).map_err(|reason| Unfit::Unparsable {
-            what: "certificate",
+            what: Part::Certificate,
             reason,
         })?;
         let key = KeyPair::try_from(key).map_err(|_| Unfit::Unparsable {
-            what: "private key",
+            what: Part::PrivateKey,
             reason: "not a PKCS#8 ECDSA, Ed25519 or RSA key".to_owned(),
         })?;
         if !key_matches(&key, &parsed) {
@@ -197,7 +237,8 @@ impl SelfSigned {
             return Err(Unfit::MissingIpAddresses(missing_ips));
         }
         if self.is_ca_mode() {
-            let ca = self.current_ca().ok().flatten().ok_or(Unfit::WrongIssuer)?;
+            // Pure: the CA installed now, never one generated for the check.
+            let ca = self.installed_ca().ok_or(Unfit::WrongIssuer)?;
             if !signed_by(leaf, &ca.cert_der) {
                 return Err(Unfit::WrongIssuer);
             }
@@ -282,13 +323,13 @@ mod tests {
         assert_eq!(
             g.check(None, Some(&key)),
             Err(Unfit::Missing {
-                what: "certificate"
+                what: Part::Certificate
             })
         );
         assert_eq!(
             g.check(Some(&cert), None),
             Err(Unfit::Missing {
-                what: "private key"
+                what: Part::PrivateKey
             })
         );
         let bad_cert = g.check(Some(b"junk"), Some(&key)).unwrap_err();
@@ -296,7 +337,7 @@ mod tests {
             matches!(
                 bad_cert,
                 Unfit::Unparsable {
-                    what: "certificate",
+                    what: Part::Certificate,
                     ..
                 }
             ),
@@ -307,7 +348,7 @@ mod tests {
             matches!(
                 bad_key,
                 Unfit::Unparsable {
-                    what: "private key",
+                    what: Part::PrivateKey,
                     ..
                 }
             ),
@@ -388,6 +429,25 @@ mod tests {
             .unwrap();
         let leaf = ca_a.generate().unwrap();
         assert_eq!(ca_a.check_bundle(&leaf), Ok(()));
+        assert_eq!(
+            ca_b.check_bundle(&leaf),
+            Err(Unfit::WrongIssuer),
+            "no CA of its own yet"
+        );
+        assert!(ca_b.ca_pem().unwrap().is_some());
         assert_eq!(ca_b.check_bundle(&leaf), Err(Unfit::WrongIssuer));
+    }
+
+    #[test]
+    fn the_check_is_pure_it_never_makes_a_ca() {
+        let g = SelfSigned::builder()
+            .dns_name("localhost")
+            .ca()
+            .build()
+            .unwrap();
+        let other = SelfSigned::builder().dns_name("localhost").build().unwrap();
+        let (cert, key) = pem(&other);
+        assert_eq!(g.check(Some(&cert), Some(&key)), Err(Unfit::WrongIssuer));
+        assert!(g.installed_ca().is_none(), "checking generated a CA");
     }
 }

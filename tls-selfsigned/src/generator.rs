@@ -22,6 +22,17 @@ pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(90 * 24 * 3600);
 /// The default lifetime of a generated CA: 10 years.
 pub const DEFAULT_CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// The shortest leaf validity accepted: certificate times have one-second precision, so a
+/// shorter leaf can be due for renewal (or expired) the moment it is made.
+pub const MIN_VALIDITY: Duration = Duration::from_secs(3);
+
+/// The shortest renewal window accepted: a leaf is replaced at least this long before it
+/// expires, time for every server to install its successor.
+pub const MIN_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
+
+/// The latest expiry X.509 (and rcgen) can express: 9999-12-31T23:59:59Z.
+const LATEST_NOT_AFTER: Duration = Duration::from_secs(253_402_300_799);
+
 /// How far back `not_before` is set at most, so that clients whose clock is a little behind accept
 /// a certificate made this second (a tenth of the validity for very short lifetimes).
 const MAX_BACKDATE: Duration = Duration::from_secs(60);
@@ -146,7 +157,7 @@ pub(crate) struct CaConfig {
     pub(crate) in_chain: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) dns_names: Vec<String>,
     pub(crate) ip_addresses: Vec<IpAddr>,
@@ -289,14 +300,19 @@ impl Builder {
     /// Checks the configuration and builds the generator.
     ///
     /// # Errors
-    /// [`Error::Config`] for a zero validity or a renewal window that is not shorter than the
-    /// validity; [`Error::Unsupported`] for an algorithm this build cannot generate;
+    /// [`Error::Config`] for a validity under [`MIN_VALIDITY`] or ending after the year 9999,
+    /// a renewal window under [`MIN_RENEWAL_WINDOW`] or not shorter than the validity; [`Error::Unsupported`] for an algorithm this build cannot generate;
     /// [`Error::InvalidName`]; [`Error::Ca`] for a supplied CA that cannot be used.
     pub fn build(self) -> Result<SelfSigned, Error> {
         let config = self.config;
-        let config_err = |reason: String| Err(Error::Config { reason });
-        if config.validity.is_zero() {
-            return config_err("the validity must be above zero".into());
+        fn config_err<T>(reason: String) -> Result<T, Error> {
+            Err(Error::Config { reason })
+        }
+        if config.validity < MIN_VALIDITY {
+            return config_err(format!(
+                "a validity of {:?} is too short to renew safely: at least {MIN_VALIDITY:?} (certificate times have one-second precision)",
+                config.validity
+            ));
         }
         match config.renewal {
             Renewal::Fraction(f) if !(f > 0.0 && f < 1.0) => {
@@ -304,13 +320,42 @@ impl Builder {
                     "the renewal fraction must be between 0 and 1, not {f}"
                 ));
             }
-            Renewal::Before(before) if before >= config.validity || before.is_zero() => {
+            Renewal::Before(before) if before >= config.validity => {
                 return config_err(format!(
-                    "renewing {before:?} before expiry needs a validity longer than that (and above zero), not {:?}",
+                    "renewing {before:?} before expiry needs a validity longer than that, not {:?}",
                     config.validity
                 ));
             }
             _ => {}
+        }
+        let window = config.renewal.window(config.validity);
+        if window < MIN_RENEWAL_WINDOW {
+            return config_err(format!(
+                "renewing {window:?} before expiry leaves no time to install the next certificate: at least {MIN_RENEWAL_WINDOW:?} (a longer validity, or a larger renewal window)"
+            ));
+        }
+        let latest = |validity: Duration, what: &str| {
+            let now = self
+                .clock
+                .now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            match now.checked_add(validity) {
+                Some(end) if end <= LATEST_NOT_AFTER => Ok(()),
+                _ => config_err(format!(
+                    "a {what} validity of {validity:?} ends after the year 9999, the latest a certificate can express"
+                )),
+            }
+        };
+        latest(config.validity, "leaf")?;
+        if let Some(ca) = &config.ca {
+            if ca.validity < MIN_VALIDITY {
+                return config_err(format!(
+                    "a CA validity of {:?} is too short: at least {MIN_VALIDITY:?}",
+                    ca.validity
+                ));
+            }
+            latest(ca.validity, "CA")?;
         }
         if !config.algorithm.is_available() {
             return Err(Error::Unsupported {
@@ -351,11 +396,12 @@ fn default_ca() -> CaConfig {
 
 // ===== impl SelfSigned =====
 
-/// A newly generated leaf: the bundle, its PEM, and when it expires.
+/// A newly generated leaf: the bundle, its PEM, when it expires, and the CA that signed it.
 pub(crate) struct Generated {
     pub(crate) bundle: CertBundle,
     pub(crate) pem: PemPair,
     pub(crate) not_after: SystemTime,
+    pub(crate) ca: Option<Arc<Ca>>,
 }
 
 impl SelfSigned {
@@ -413,6 +459,84 @@ impl SelfSigned {
         Ok(self.current_ca()?.map(|ca| ca.cert_pem.clone()))
     }
 
+    /// The CA certificate and key in CA mode (generating the CA if it does not exist yet): for
+    /// keeping it elsewhere, e.g. in a Secret only the writer can read.
+    ///
+    /// # Errors
+    /// [`Error::Generate`] if the CA must be generated and that fails.
+    pub fn ca_pair(&self) -> Result<Option<CaPem>, Error> {
+        Ok(self.current_ca()?.map(|ca| CaPem {
+            cert_pem: ca.cert_pem.clone(),
+            key_pem: ca.key_pem.clone(),
+        }))
+    }
+
+    /// A new CA for this configuration (its validity and key algorithm), not installed: the
+    /// generator keeps signing with its current CA. For a writer that renews the CA on its own
+    /// schedule (announcing the new CA before leaves are signed by it).
+    ///
+    /// # Errors
+    /// [`Error::Generate`].
+    pub fn generate_ca(&self) -> Result<CaPem, Error> {
+        let config = self.config.ca.clone().unwrap_or_else(default_ca);
+        let ca = Ca::generate(&config, self.config.algorithm, &*self.clock)?;
+        Ok(CaPem {
+            cert_pem: ca.cert_pem,
+            key_pem: ca.key_pem,
+        })
+    }
+
+    /// The same configuration, signing with `ca` (which it never replaces, as with
+    /// [`Builder::ca_from_pem`]).
+    ///
+    /// # Errors
+    /// [`Error::Ca`] for a CA that cannot be used.
+    pub fn with_ca(&self, ca: &CaPem) -> Result<SelfSigned, Error> {
+        let loaded = Ca::from_pem(&ca.cert_pem, &ca.key_pem)?;
+        let mut config = (*self.config).clone();
+        config.ca.get_or_insert_with(default_ca).source = CaSource::Pem {
+            cert_pem: ca.cert_pem.clone(),
+            key_pem: Redacted(ca.key_pem.clone()),
+        };
+        Ok(SelfSigned {
+            config: Arc::new(config),
+            clock: Arc::clone(&self.clock),
+            ca: Arc::new(Mutex::new(Some(Arc::new(loaded)))),
+        })
+    }
+
+    /// Whether a CA certificate (PEM) can still sign for this configuration: parsable, a CA,
+    /// and neither expired nor inside its renewal window (the renewal rule applied to the CA
+    /// validity, at most a third of it). Pure: generates nothing.
+    ///
+    /// # Errors
+    /// Why not.
+    pub fn check_ca(&self, cert_pem: &[u8]) -> Result<(), crate::Unfit> {
+        let der = tls_source::Decoder::new()
+            .certificates("CA certificate", cert_pem)
+            .map_err(|e| crate::Unfit::Unparsable {
+                what: crate::Part::Certificate,
+                reason: e.to_string(),
+            })?
+            .remove(0);
+        let parsed = fit::parse(&der).map_err(|reason| crate::Unfit::Unparsable {
+            what: crate::Part::Certificate,
+            reason,
+        })?;
+        if !parsed.is_ca {
+            return Err(crate::Unfit::Unparsable {
+                what: crate::Part::Certificate,
+                reason: "not a CA (basicConstraints CA:TRUE)".into(),
+            });
+        }
+        fit::check_times(
+            parsed.not_before,
+            parsed.not_after,
+            self.clock.now(),
+            self.ca_window(),
+        )
+    }
+
     pub(crate) fn is_ca_mode(&self) -> bool {
         self.config.ca.is_some()
     }
@@ -441,6 +565,14 @@ impl SelfSigned {
         Ok(Some(ca))
     }
 
+    /// The CA installed now, if any: never generates one (the fit check is pure).
+    pub(crate) fn installed_ca(&self) -> Option<Arc<Ca>> {
+        self.ca
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Installs a CA loaded from the persistence directory.
     pub(crate) fn set_ca(&self, ca: Ca) {
         *self
@@ -450,13 +582,23 @@ impl SelfSigned {
     }
 
     pub(crate) fn ca_fits(&self, ca: &Ca) -> Result<(), crate::Unfit> {
+        fit::check_times(
+            ca.not_before,
+            ca.not_after,
+            self.clock.now(),
+            self.ca_window(),
+        )
+    }
+
+    /// How long before a CA's expiry it is renewed: the renewal rule applied to the CA
+    /// validity, at most a third of it.
+    pub fn ca_window(&self) -> Duration {
         let validity = self
             .config
             .ca
             .as_ref()
             .map_or(DEFAULT_CA_VALIDITY, |c| c.validity);
-        let window = self.config.renewal.window(validity).min(validity / 3);
-        fit::check_times(ca.not_before, ca.not_after, self.clock.now(), window)
+        self.config.renewal.window(validity).min(validity / 3)
     }
 
     pub(crate) fn generate_leaf(&self) -> Result<Generated, Error> {
@@ -503,13 +645,7 @@ impl SelfSigned {
         .map_err(Error::Generate)?;
         let parsed =
             fit::parse(cert.der()).map_err(|reason| Error::Generate(rcgen::Error::X509(reason)))?;
-        Ok(self.assemble(
-            cert.der().clone(),
-            cert.pem(),
-            &key,
-            ca.as_deref(),
-            parsed.not_after,
-        ))
+        Ok(self.assemble(cert.der().clone(), cert.pem(), &key, ca, parsed.not_after))
     }
 
     /// Builds the bundle and PEM of a leaf (generated or loaded) with the CA.
@@ -518,14 +654,14 @@ impl SelfSigned {
         leaf_der: CertificateDer<'static>,
         leaf_pem: String,
         key: &KeyPair,
-        ca: Option<&Ca>,
+        ca: Option<Arc<Ca>>,
         not_after: SystemTime,
     ) -> Generated {
         let in_chain = self.config.ca.as_ref().is_some_and(|c| c.in_chain);
         let mut chain = vec![leaf_der];
         let mut cert_pem = leaf_pem;
         let mut ca_certs = Vec::new();
-        if let Some(ca) = ca {
+        if let Some(ca) = &ca {
             if in_chain {
                 chain.push(ca.cert_der.clone());
                 cert_pem.push_str(&ca.cert_pem);
@@ -542,9 +678,10 @@ impl SelfSigned {
             pem: PemPair {
                 cert_pem,
                 key_pem: key.serialize_pem(),
-                ca_pem: ca.map(|ca| ca.cert_pem.clone()),
+                ca_pem: ca.as_ref().map(|ca| ca.cert_pem.clone()),
             },
             not_after,
+            ca,
         }
     }
 
@@ -561,7 +698,7 @@ impl SelfSigned {
             Some(dir) => {
                 // The CA (in CA mode) goes with the leaf it signs, in the same swap: a CA renewed
                 // while running is on disk before (never after) a leaf signed by it.
-                let ca = self.current_ca()?;
+                let ca = &generated.ca;
                 let mut files = vec![
                     ("tls.crt", generated.pem.cert_pem.as_str(), 0o644),
                     ("tls.key", generated.pem.key_pem.as_str(), 0o600),
@@ -671,6 +808,24 @@ impl Ca {
     }
 }
 
+/// A CA certificate and its private key, PEM (the key PKCS#8). `Debug` does not show the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaPem {
+    /// The CA certificate.
+    pub cert_pem: String,
+    /// The CA's private key.
+    pub key_pem: String,
+}
+
+impl fmt::Debug for CaPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaPem")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
 /// A generated certificate and its private key as PEM. `Debug` does not show the key.
 #[derive(Clone)]
 pub struct PemPair {
@@ -738,6 +893,27 @@ mod tests {
                 .build()
                 .unwrap_err(),
             SelfSigned::builder()
+                .validity(Duration::from_secs(1))
+                .build()
+                .unwrap_err(),
+            SelfSigned::builder()
+                .validity(Duration::from_millis(1))
+                .build()
+                .unwrap_err(),
+            SelfSigned::builder()
+                .validity(Duration::from_secs(3_650_000 * 86_400))
+                .build()
+                .unwrap_err(),
+            SelfSigned::builder()
+                .ca_validity(Duration::MAX)
+                .build()
+                .unwrap_err(),
+            SelfSigned::builder()
+                .validity(Duration::from_secs(10))
+                .renewal(Renewal::Fraction(0.01))
+                .build()
+                .unwrap_err(),
+            SelfSigned::builder()
                 .renewal(Renewal::Fraction(1.5))
                 .build()
                 .unwrap_err(),
@@ -757,6 +933,33 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn too_short_and_overflowing_validities_say_why() {
+        let short = SelfSigned::builder()
+            .validity(Duration::from_secs(1))
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            short.to_string(),
+            "invalid self-signed configuration: a validity of 1s is too short to renew safely: at least 3s (certificate times have one-second precision)"
+        );
+        let long = SelfSigned::builder()
+            .validity(Duration::from_secs(3_650_000 * 86_400))
+            .build()
+            .unwrap_err();
+        assert!(
+            long.to_string().contains("ends after the year 9999"),
+            "{long}"
+        );
+        // The longest that fits still generates (no panic in the time conversion).
+        let g = SelfSigned::builder()
+            .dns_name("localhost")
+            .validity(Duration::from_secs(7_000 * 365 * 86_400))
+            .build()
+            .unwrap();
+        assert!(g.generate().is_ok());
     }
 
     #[test]

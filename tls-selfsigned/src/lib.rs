@@ -43,10 +43,11 @@ mod persist;
 mod source;
 
 pub use error::Error;
-pub use fit::Unfit;
+pub use fit::{Part, Unfit};
 pub use generator::{
-    Builder, DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, KeyAlgorithm, PemPair, Renewal, SelfSigned,
+    Builder, CaPem, DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, KeyAlgorithm, MIN_RENEWAL_WINDOW,
+    MIN_VALIDITY, PemPair, Renewal, SelfSigned,
 };
-pub use source::{MAX_NAP, SelfSignedSource};
+pub use source::{MAX_NAP, MIN_RENEWAL_GAP, SelfSignedSource};
 /// The workspace's clock (from `tls-source`): renewal asks it for "now".
 pub use tls_source::clock::{Clock, SystemClock};

@@ -13,11 +13,16 @@ use rustls_pki_types::CertificateDer;
 use tls_source::CertBundle;
 
 use crate::generator::{Ca, Generated};
-use crate::{Clock, Error, SelfSigned, Unfit, fit, persist};
+use crate::{Clock, Error, Part, SelfSigned, Unfit, fit, persist};
 
 /// The longest the source sleeps before looking at the wall clock again, so that a suspend or a
 /// clock step delays renewal by at most this.
 pub const MAX_NAP: Duration = Duration::from_secs(30);
+
+/// The shortest time between two generations: whatever the certificate says, the source never
+/// renews in a tight loop (a leaf whose renewal time has already passed when it is made waits
+/// this long, with a warning).
+pub const MIN_RENEWAL_GAP: Duration = Duration::from_secs(1);
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -96,7 +101,15 @@ impl State {
                 Ok(not_after) => {
                     self.backoff = Duration::from_secs(1);
                     let window = self.generator.renewal_window();
-                    self.renew_at = Some(not_after.checked_sub(window).unwrap_or(not_after));
+                    let due = not_after.checked_sub(window).unwrap_or(not_after);
+                    let soonest = self.generator.clock.now() + MIN_RENEWAL_GAP;
+                    if due < soonest {
+                        tracing::warn!(
+                            renewal_window = ?window,
+                            "the new certificate is due for renewal already; renewing in {MIN_RENEWAL_GAP:?}, not at once"
+                        );
+                    }
+                    self.renew_at = Some(due.max(soonest));
                 }
                 Err(err) => {
                     self.queue.push_back(Err(report(err)));
@@ -130,30 +143,21 @@ impl State {
                 Ok(not_after)
             }
             Err(unfit) => {
-                if let Unfit::Unparsable { what, .. } | Unfit::Missing { what } = &unfit {
-                    let present = if *what == "certificate" {
-                        cert.is_some()
-                    } else {
-                        key.is_some()
-                    };
-                    if present || matches!(unfit, Unfit::Unparsable { .. }) {
-                        let file = if *what == "certificate" {
-                            "tls.crt"
-                        } else {
-                            "tls.key"
-                        };
-                        self.queue.push_back(Err(report(Error::Corrupt {
-                            path: dir.join(file),
-                            reason: unfit.to_string(),
-                        })));
-                    }
-                } else if unfit == Unfit::KeyMismatch {
-                    self.queue.push_back(Err(report(Error::Corrupt {
-                        path: dir.join("tls.key"),
+                let broken = match &unfit {
+                    Unfit::Unparsable { what, .. } => Some(*what),
+                    // A missing file beside a present one: the pair is broken.
+                    Unfit::Missing { what } if cert.is_some() || key.is_some() => Some(*what),
+                    Unfit::KeyMismatch => Some(Part::PrivateKey),
+                    _ => None,
+                };
+                match broken {
+                    Some(part) => self.queue.push_back(Err(report(Error::Corrupt {
+                        path: dir.join(part.file_name()),
                         reason: unfit.to_string(),
-                    })));
-                } else {
-                    tracing::info!(dir = %dir.display(), reason = %unfit, "regenerating the persisted self-signed certificate");
+                    }))),
+                    None => {
+                        tracing::info!(dir = %dir.display(), reason = %unfit, "regenerating the persisted self-signed certificate");
+                    }
                 }
                 self.renew()
             }
@@ -229,7 +233,7 @@ impl State {
         let ca = self.generator.current_ca()?;
         Ok(self
             .generator
-            .assemble(leaf, leaf_pem, &key, ca.as_deref(), parsed.not_after))
+            .assemble(leaf, leaf_pem, &key, ca, parsed.not_after))
     }
 
     /// Generates a new leaf, persists it, queues it; returns its expiry.

@@ -119,3 +119,38 @@ async fn renewal_follows_a_clock_jump() {
     let expires = not_after(second.leaf().unwrap());
     assert!(expires > clock.now() + Duration::from_secs(89 * 86400));
 }
+
+/// A leaf never outlives its CA, so leaves signed by a CA that expires in seconds are due for
+/// renewal the moment they are made. The source renews at most once per `MIN_RENEWAL_GAP`, not
+/// in a tight loop (which once burned a core generating about 150 certificates a second).
+#[tokio::test]
+async fn a_leaf_due_at_birth_is_not_renewed_in_a_tight_loop() {
+    use futures::StreamExt as _;
+    let owner = SelfSigned::builder()
+        .dns_name("localhost")
+        .ca_validity(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    let ca = owner.ca_pair().unwrap().unwrap();
+    let mut source = SelfSigned::builder()
+        .dns_name("localhost")
+        .validity(Duration::from_secs(86400))
+        .ca_from_pem(ca.cert_pem, ca.key_pem)
+        .build()
+        .unwrap()
+        .into_source();
+    let start = Instant::now();
+    let mut generated = 0;
+    while start.elapsed() < Duration::from_millis(2500) {
+        match tokio::time::timeout(Duration::from_millis(100), source.next()).await {
+            Ok(Some(Ok(_))) => generated += 1,
+            Ok(other) => panic!("{other:?}"),
+            Err(_) => {}
+        }
+    }
+    // One at start, then one a second (MIN_RENEWAL_GAP).
+    assert!(
+        (2..=4).contains(&generated),
+        "{generated} certificates in 2.5 s: at most 4"
+    );
+}
