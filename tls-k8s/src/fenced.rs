@@ -54,6 +54,26 @@ pub struct FencedSecret {
     api: Api<DynamicObject>,
     namespace: String,
     name: String,
+    secret_type: String,
+}
+
+/// A Secret as read: its fence, its data (decoded), its annotations.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Stored {
+    pub(crate) fence: Option<Fence>,
+    pub(crate) data: BTreeMap<String, Vec<u8>>,
+    pub(crate) annotations: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for Stored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The data may hold private keys: only its keys are shown.
+        f.debug_struct("Stored")
+            .field("fence", &self.fence)
+            .field("data", &self.data.keys().collect::<Vec<_>>())
+            .field("annotations", &self.annotations)
+            .finish()
+    }
 }
 
 impl fmt::Debug for FencedSecret {
@@ -72,7 +92,48 @@ impl FencedSecret {
             api: crate::secret::api(client, namespace),
             namespace: namespace.to_owned(),
             name: name.into(),
+            secret_type: "kubernetes.io/tls".to_owned(),
         }
+    }
+
+    /// The `type` a missing Secret is created with (default `kubernetes.io/tls`, which the API
+    /// server requires to hold `tls.crt` and `tls.key`; `Opaque` for anything else).
+    #[must_use]
+    pub fn secret_type(mut self, secret_type: impl Into<String>) -> Self {
+        self.secret_type = secret_type.into();
+        self
+    }
+
+    /// The Secret's `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Reads the Secret: `None` when it does not exist. Data that is not base64 reads as
+    /// missing (the writer replaces it).
+    pub(crate) async fn read(&self) -> Result<Option<Stored>, kube::Error> {
+        Ok(self.api.get_opt(&self.name).await?.map(|secret| {
+            let data = secret
+                .data
+                .get("data")
+                .and_then(Value::as_object)
+                .map(|data| {
+                    data.iter()
+                        .filter_map(|(k, v)| {
+                            let bytes = base64::engine::general_purpose::STANDARD
+                                .decode(v.as_str()?)
+                                .ok()?;
+                            Some((k.clone(), bytes))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Stored {
+                fence: stored_fence(&secret),
+                data,
+                annotations: secret.metadata.annotations.clone().unwrap_or_default(),
+            }
+        }))
     }
 
     /// The fencing write a new leader makes first: the Secret carries its round from now on,
@@ -93,16 +154,29 @@ impl FencedSecret {
         fence: &Fence,
         data: Option<&BTreeMap<String, Vec<u8>>>,
     ) -> Result<Written, kube::Error> {
+        self.write_with(fence, data, &BTreeMap::new()).await
+    }
+
+    /// Like [`write`](Self::write), also setting `annotations` (others are kept).
+    ///
+    /// # Errors
+    /// An API error other than a conflict.
+    pub async fn write_with(
+        &self,
+        fence: &Fence,
+        data: Option<&BTreeMap<String, Vec<u8>>>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Written, kube::Error> {
         let mut conflicts = 0;
         loop {
             let outcome = match self.api.get_opt(&self.name).await? {
-                None => self.create(fence, data).await,
+                None => self.create(fence, data, annotations).await,
                 Some(secret) => match stored_fence(&secret) {
                     Some(stored) if refuses(&stored, fence) => {
                         tracing::debug!(secret = %self.name, round = fence.round, stored = stored.round, "fenced write refused");
                         return Ok(Written::Refused { stored });
                     }
-                    _ => self.replace(secret, fence, data).await,
+                    _ => self.replace(secret, fence, data, annotations).await,
                 },
             };
             match outcome {
@@ -120,6 +194,7 @@ impl FencedSecret {
         &self,
         fence: &Fence,
         data: Option<&BTreeMap<String, Vec<u8>>>,
+        annotations: &BTreeMap<String, String>,
     ) -> Result<Written, kube::Error> {
         let empty = BTreeMap::from([
             ("tls.crt".to_owned(), Vec::new()),
@@ -129,10 +204,15 @@ impl FencedSecret {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": { "name": self.name, "namespace": self.namespace },
-            "type": "kubernetes.io/tls",
+            "type": self.secret_type,
         }))
         .map_err(kube::Error::SerdeError)?;
-        set(&mut secret, fence, Some(data.unwrap_or(&empty)));
+        set(
+            &mut secret,
+            fence,
+            Some(data.unwrap_or(&empty)),
+            annotations,
+        );
         let created = self.api.create(&PostParams::default(), &secret).await?;
         Ok(Written::Accepted {
             resource_version: created.metadata.resource_version,
@@ -144,9 +224,10 @@ impl FencedSecret {
         mut secret: DynamicObject,
         fence: &Fence,
         data: Option<&BTreeMap<String, Vec<u8>>>,
+        annotations: &BTreeMap<String, String>,
     ) -> Result<Written, kube::Error> {
         // The resourceVersion read stays in the metadata: the replace is a compare-and-swap.
-        set(&mut secret, fence, data);
+        set(&mut secret, fence, data, annotations);
         let replaced = self
             .api
             .replace(&self.name, &PostParams::default(), &secret)
@@ -171,11 +252,17 @@ pub(crate) fn stored_fence(secret: &DynamicObject) -> Option<Fence> {
     })
 }
 
-fn set(secret: &mut DynamicObject, fence: &Fence, data: Option<&BTreeMap<String, Vec<u8>>>) {
+fn set(
+    secret: &mut DynamicObject,
+    fence: &Fence,
+    data: Option<&BTreeMap<String, Vec<u8>>>,
+    extra: &BTreeMap<String, String>,
+) {
     let annotations = secret
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new);
+    annotations.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     annotations.insert(ROUND_ANNOTATION.to_owned(), fence.round.to_string());
     annotations.insert(HOLDER_ANNOTATION.to_owned(), fence.holder.clone());
     if let Some(data) = data {

@@ -43,7 +43,8 @@ pub struct Leadership {
 ///   server's compare-and-swap): a 409 means another replica won, and nothing is assumed.
 ///   `leaseTransitions` is raised on every change of holder: it is the round.
 /// - The leader renews every retry period and steps down (says it no longer leads) when it has
-///   not renewed within the renew deadline, before its lease can expire for the others.
+///   not renewed within the renew deadline, before its lease can expire for the others. An
+///   attempt that hangs (a partition) is abandoned at that deadline.
 /// - Followers watch the Lease (one watch, no periodic requests) and try to take over only
 ///   when it has been still for a lease duration.
 ///
@@ -160,7 +161,22 @@ impl LeaseLock {
                 }
             }
             next_try = Instant::now() + self.retry_period;
-            let acquired = self.try_acquire_or_renew(&mut election).await;
+            // An attempt is bounded: a leader's by its renew deadline (a partition that hangs
+            // its requests must not keep it "leading"), a follower's by one renew deadline.
+            let budget = match election.last_renew {
+                Some(at) if leading => {
+                    (at + self.renew_deadline).saturating_duration_since(Instant::now())
+                }
+                _ => self.renew_deadline,
+            };
+            let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew(&mut election));
+            let acquired = tokio::select! {
+                () = token.cancelled() => break,
+                done = attempt => done.unwrap_or_else(|_| {
+                    tracing::debug!(lease = %self.name, "reading or renewing the lease timed out");
+                    false
+                }),
+            };
             if acquired {
                 election.last_renew = Some(Instant::now());
             }

@@ -80,6 +80,8 @@ mod fenced;
 mod lease;
 mod secret;
 mod secrets;
+#[cfg(feature = "self-signed")]
+mod shared;
 
 pub use fenced::{Fence, FencedSecret, HOLDER_ANNOTATION, ROUND_ANNOTATION, Written};
 pub use lease::{
@@ -88,6 +90,10 @@ pub use lease::{
 };
 pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
 pub use secrets::{SecretsSource, SecretsSourceBuilder};
+#[cfg(feature = "self-signed")]
+pub use shared::{
+    RENEW_AFTER_ANNOTATION, SWITCH_AFTER_ANNOTATION, SharedSelfSigned, SharedSource, WriterStats,
+};
 
 /// What went wrong with the Secret; carried inside a
 /// [`tls_source::Error::Source`] naming `secret namespace/name`. Every variant is a report: the

@@ -537,7 +537,8 @@ impl SelfSigned {
         )
     }
 
-    pub(crate) fn is_ca_mode(&self) -> bool {
+    /// Whether leaves are signed by a CA (the builder's `ca`, `ca_from_pem`...).
+    pub fn is_ca_mode(&self) -> bool {
         self.config.ca.is_some()
     }
 
@@ -685,7 +686,9 @@ impl SelfSigned {
         }
     }
 
-    pub(crate) fn replaces_corrupt_ca(&self) -> bool {
+    /// Whether a CA that cannot be read back may be replaced
+    /// ([`Builder::replace_corrupt_ca`]).
+    pub fn replaces_corrupt_ca(&self) -> bool {
         self.config.replace_corrupt_ca
     }
 

@@ -7,7 +7,8 @@
 //! - [`probe`]: a real TLS handshake that reports the certificate served.
 //! - [`TestServer`]: a rustls accept loop on loopback around any certificate resolver.
 //! - [`KubeApi`]: a Kubernetes API emulator (Secrets, Leases; list, watch, writes with
-//!   preconditions) with fault injection, for `kube::Client` to talk to.
+//!   preconditions) with fault injection, for `kube::Client` to talk to; an [`Endpoint`] per
+//!   client partitions or pauses one replica while the others carry on.
 
 mod certs;
 mod kube_api;
@@ -19,7 +20,7 @@ pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
     fixture_pair,
 };
-pub use kube_api::KubeApi;
+pub use kube_api::{Endpoint, KubeApi, Link};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, probe,

@@ -14,9 +14,16 @@
 //! Faults: [`close_watches`](KubeApi::close_watches), [`compact`](KubeApi::compact) (older
 //! resourceVersions answer 410 Gone), [`fail_next`](KubeApi::fail_next) /
 //! [`fail_all`](KubeApi::fail_all) (500s, 403s...), [`set_delay`](KubeApi::set_delay), and
-//! [`restart`](KubeApi::restart), keeping or losing state.
+//! [`restart`](KubeApi::restart), keeping or losing state; and per client, through its own
+//! [`Endpoint`] ([`KubeApi::endpoint`]): a partition that hangs or resets only that client's
+//! connections, or a pause that holds its requests and delivers them late, while the other
+//! clients carry on. Each endpoint counts its own requests.
 
-use std::collections::{BTreeMap, VecDeque};
+mod endpoint;
+
+pub use endpoint::{Endpoint, Link};
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,7 +61,13 @@ struct Shared {
     /// Every request as `METHOD path?query`, in order.
     log: Mutex<Vec<String>>,
     gone: AtomicU64,
+    /// The endpoints' counters, by the address their proxied connections come from.
+    clients: Mutex<HashMap<SocketAddr, Arc<endpoint::Counters>>>,
 }
+
+/// The peer address of a request's connection.
+#[derive(Debug, Clone, Copy)]
+struct Peer(SocketAddr);
 
 #[derive(Debug, Default)]
 struct Store {
@@ -118,6 +131,7 @@ impl KubeApi {
             requests: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
             gone: AtomicU64::new(0),
+            clients: Mutex::new(HashMap::new()),
         });
         let mut server = JoinSet::new();
         server.spawn(serve(listener, shared.clone()));
@@ -131,6 +145,15 @@ impl KubeApi {
     /// The base URL, for `kube::Config::new(url.parse()?)`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// A port of its own for one client (one replica, say), through the same store: faults on it
+    /// ([`Endpoint::partition`], [`Endpoint::pause`]) touch only that client's traffic.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound.
+    pub async fn endpoint(&self) -> Endpoint {
+        Endpoint::start(self.addr, self.shared.clone()).await
     }
 
     /// How many requests the server has answered (faults included).
@@ -345,6 +368,13 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn register(&self, from: SocketAddr, counters: Arc<endpoint::Counters>) {
+        self.clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(from, counters);
+    }
+
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
         self.faults.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -434,10 +464,12 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let app = axum::Router::new().fallback(handle).with_state(shared);
     let mut connections = JoinSet::new();
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
+        let Ok((tcp, peer)) = listener.accept().await else {
             continue;
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service = hyper_util::service::TowerToHyperService::new(
+            app.clone().layer(axum::Extension(Peer(peer))),
+        );
         // Dropped with this task (an abort is a crash): every connection goes with it.
         connections.spawn(async move {
             let _ =
@@ -551,15 +583,32 @@ fn ok(code: StatusCode, body: &Value) -> Response {
 
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     shared.requests.fetch_add(1, Ordering::Relaxed);
+    let line = format!(
+        "{} {}",
+        request.method(),
+        request.uri().path_and_query().map_or("", |p| p.as_str())
+    );
+    let endpoint = request.extensions().get::<Peer>().and_then(|peer| {
+        shared
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&peer.0)
+            .cloned()
+    });
+    if let Some(counters) = endpoint {
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        counters
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(line.clone());
+    }
     shared
         .log
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .push(format!(
-            "{} {}",
-            request.method(),
-            request.uri().path_and_query().map_or("", |p| p.as_str())
-        ));
+        .push(line);
     let (injected, delay) = {
         let mut faults = shared.faults();
         let injected = faults.next.pop_front().or(faults.all);
