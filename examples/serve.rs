@@ -6,6 +6,7 @@
 //!                              [--name NAME]... [--self-signed-validity DURATION]
 //!                              [--self-signed-dir DIR] [--self-signed-ca]
 //!                              [--k8s-secret NAMESPACE/NAME]
+//!                              [--k8s-shared NAMESPACE/NAME [--lease NAME] [--identity ID]]
 //!                              [--sni NAME=DIR]... [--sni-strict]
 //!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
 //!                              [--ready-timeout DURATION] [--fail-fast]
@@ -22,6 +23,13 @@
 //! - `--k8s-secret NAMESPACE/NAME` watches a `kubernetes.io/tls` Secret through the API (the
 //!   ambient kubeconfig, or the in-cluster config): new data is served milliseconds after it is
 //!   written.
+//! - `--k8s-shared NAMESPACE/NAME` runs the replicas of a fleet on one self-signed certificate:
+//!   every replica serves the Secret `NAME`; the holder of the Lease `--lease` (default
+//!   `NAME-writer`) creates and renews it, reusing it while it fits, through fenced writes. The
+//!   self-signed flags (`--name`, `--self-signed-validity`, `--self-signed-ca`) apply to what
+//!   the leader generates; with `--self-signed-ca` the CA's key is kept in the Secret
+//!   `NAME-ca`. `--identity` names this replica (default: `POD_NAME`, then the host name). The
+//!   status JSON gains `leader`: `{"holder": …, "round": …, "leading": true|false}`.
 //! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
 //!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
 //!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
@@ -72,6 +80,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
              [--poll DURATION] [--no-notify]
              [--name NAME]... [--self-signed-validity DURATION] [--self-signed-dir DIR]
              [--self-signed-ca] [--k8s-secret NAMESPACE/NAME]
+             [--k8s-shared NAMESPACE/NAME [--lease NAME] [--identity ID]]
              [--sni NAME=DIR]... [--sni-strict] [--k8s-secrets NAMESPACE [--selector SELECTOR]]
              [--ready-timeout DURATION] [--fail-fast] [--handshake-timeout DURATION]
              [--recycle-after DURATION] [--client-ca PATH [--ca-overlap DURATION]]
@@ -98,6 +107,12 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
   --k8s-secret NAMESPACE/NAME
                      watch this kubernetes.io/tls Secret through the API (kubeconfig or
                      in-cluster config; needs get, list, watch on it)
+  --k8s-shared NAMESPACE/NAME
+                     one self-signed certificate for every replica, kept in this Secret: the
+                     Lease holder generates and renews it, every replica serves it (the
+                     self-signed flags below apply; the status JSON gains `leader`)
+  --lease NAME       the Lease that elects the writer (default NAME-writer)
+  --identity ID      this replica's name in the Lease (default $POD_NAME, else the host name)
 
 SNI (the certificate chosen above is the default, for every other name):
   --sni NAME=DIR     serve DIR/tls.crt + DIR/tls.key to handshakes for NAME (exact, or
@@ -176,6 +191,14 @@ enum Certs {
         namespace: String,
         name: String,
     },
+    /// One self-signed certificate for every replica, in a Secret written by the Lease holder.
+    Shared {
+        namespace: String,
+        name: String,
+        lease: Option<String>,
+        identity: String,
+        options: SelfSignedArgs,
+    },
 }
 
 /// The SNI routes.
@@ -215,6 +238,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     };
     let (mut cert, mut key, mut ca, mut dir) = (None, None, None, None);
     let mut secret = None;
+    let (mut shared, mut lease, mut identity) = (None, None, None);
     let mut poll = tls_source::DEFAULT_POLL_INTERVAL;
     let mut notify = true;
     let mut self_signed = SelfSignedArgs::default();
@@ -241,14 +265,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 within("--poll", &v, poll, MIN_POLL, MAX_POLL)?;
             }
             "--no-notify" => notify = false,
-            "--k8s-secret" => {
-                let v = value()?;
-                let (namespace, name) = v
-                    .split_once('/')
-                    .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-                    .with_context(|| format!("--k8s-secret {v}: expected NAMESPACE/NAME"))?;
-                secret = Some((namespace.to_owned(), name.to_owned()));
-            }
+            "--k8s-secret" => secret = Some(namespaced("--k8s-secret", value()?)?),
+            "--k8s-shared" => shared = Some(namespaced("--k8s-shared", value()?)?),
+            "--lease" => lease = Some(value()?),
+            "--identity" => identity = Some(value()?),
             "--name" => {
                 self_signed.names.push(value()?);
                 self_signed_flags = true;
@@ -322,6 +342,45 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         _ => {}
     }
     let files = cert.is_some() || key.is_some() || ca.is_some() || dir.is_some();
+    if shared.is_none() && (lease.is_some() || identity.is_some()) {
+        bail!("--lease and --identity go with --k8s-shared");
+    }
+    if let Some((namespace, name)) = shared {
+        if files || secret.is_some() {
+            bail!("--k8s-shared cannot be combined with --cert, --cert-dir or --k8s-secret");
+        }
+        if self_signed.dir.is_some() {
+            bail!("--self-signed-dir does not go with --k8s-shared: the Secret is the store");
+        }
+        if client_ca.is_some() {
+            bail!(
+                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
+            );
+        }
+        let identity = match identity {
+            Some(identity) => identity,
+            None => default_identity()
+                .context("--k8s-shared needs --identity (no POD_NAME, no host name)")?,
+        };
+        return Ok(Some(Args {
+            listen,
+            certs: Certs::Shared {
+                namespace,
+                name,
+                lease,
+                identity,
+                options: self_signed,
+            },
+            poll,
+            notify,
+            sni,
+            ready_timeout,
+            fail_fast,
+            handshake_timeout,
+            recycle_after,
+            client_ca: None,
+        }));
+    }
     if let Some((namespace, name)) = secret {
         if files || self_signed_flags {
             bail!("--k8s-secret cannot be combined with other certificate flags");
@@ -374,6 +433,25 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     }))
 }
 
+/// `NAMESPACE/NAME`, for `flag`.
+fn namespaced(flag: &str, v: String) -> anyhow::Result<(String, String)> {
+    let (namespace, name) = v
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .with_context(|| format!("{flag} {v}: expected NAMESPACE/NAME"))?;
+    Ok((namespace.to_owned(), name.to_owned()))
+}
+
+/// This replica's name: `POD_NAME` (set from the downward API), else the host name.
+fn default_identity() -> Option<String> {
+    std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -409,7 +487,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let shutdown = CancellationToken::new();
 
-    let (source, trigger) = source(&args).await?;
+    let (source, trigger, leader) = source(&args).await?;
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .sni_strict(args.sni.strict);
@@ -455,7 +533,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let incoming = incoming.listen(listener)?;
     let app = Router::new()
         .route("/", get(status_json))
-        .with_state(reloader.status());
+        .with_state(AppState {
+            status: reloader.status(),
+            leader,
+        });
 
     println!("listening on https://{addr}");
     serve(incoming, app, &shutdown).await;
@@ -501,33 +582,45 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
     Ok(reloader.ready_timeout(timeout).await?)
 }
 
-async fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)> {
+/// The certificate source the flags choose; the trigger that re-reads files (SIGHUP); with
+/// `--k8s-shared`, the leadership.
+type Chosen = (
+    BoxCertSource,
+    Option<Trigger>,
+    Option<watch::Receiver<tls_k8s::Leadership>>,
+);
+
+async fn source(args: &Args) -> anyhow::Result<Chosen> {
     let files = |builder: tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
-        Ok((source.boxed(), Some(trigger)))
+        Ok((source.boxed(), Some(trigger), None))
     };
     match &args.certs {
         Certs::SelfSigned(options) => {
-            let mut names: Vec<&str> = vec!["localhost", "127.0.0.1", "::1"];
-            for name in &options.names {
-                if !names.contains(&name.as_str()) {
-                    names.push(name);
-                }
+            let generator = generator(options)?;
+            Ok((generator.into_source().boxed(), None, None))
+        }
+        Certs::Shared {
+            namespace,
+            name,
+            lease,
+            identity,
+            options,
+        } => {
+            let mut shared = tls_k8s::SharedSelfSigned::new(
+                kube_client().await?,
+                namespace,
+                name,
+                identity,
+                generator(options)?,
+            );
+            if let Some(lease) = lease {
+                shared = shared.lease(lease);
             }
-            let mut builder = names
-                .into_iter()
-                .fold(SelfSigned::builder(), tls_selfsigned::Builder::name);
-            if let Some(validity) = options.validity {
-                builder = builder.validity(validity);
-            }
-            if let Some(dir) = &options.dir {
-                builder = builder.persist(dir);
-            }
-            if options.ca {
-                builder = builder.ca();
-            }
-            Ok((builder.build()?.into_source().boxed(), None))
+            let shared = shared.start(&CancellationToken::new());
+            let leader = shared.leadership();
+            Ok((shared.boxed(), None, Some(leader)))
         }
         Certs::Files { cert, key, ca } => {
             let builder = FileSource::builder(cert, key);
@@ -549,9 +642,32 @@ async fn source(args: &Args) -> anyhow::Result<(BoxCertSource, Option<Trigger>)>
         Certs::Secret { namespace, name } => {
             let source =
                 tls_k8s::SecretSource::builder(kube_client().await?, namespace, name).build();
-            Ok((source.boxed(), None))
+            Ok((source.boxed(), None, None))
         }
     }
+}
+
+/// The self-signed generator for localhost, 127.0.0.1, ::1 and each `--name`.
+fn generator(options: &SelfSignedArgs) -> anyhow::Result<SelfSigned> {
+    let mut names: Vec<&str> = vec!["localhost", "127.0.0.1", "::1"];
+    for name in &options.names {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    let mut builder = names
+        .into_iter()
+        .fold(SelfSigned::builder(), tls_selfsigned::Builder::name);
+    if let Some(validity) = options.validity {
+        builder = builder.validity(validity);
+    }
+    if let Some(dir) = &options.dir {
+        builder = builder.persist(dir);
+    }
+    if options.ca {
+        builder = builder.ca();
+    }
+    Ok(builder.build()?)
 }
 
 async fn kube_client() -> anyhow::Result<kube::Client> {
@@ -652,15 +768,22 @@ async fn serve(
     }
 }
 
+/// What the status page reads: the reloader's status, and with `--k8s-shared` the leadership.
+#[derive(Clone)]
+struct AppState {
+    status: watch::Receiver<Status>,
+    leader: Option<watch::Receiver<tls_k8s::Leadership>>,
+}
+
 /// The SHA-256 of the client certificate presented on a request's connection (mTLS).
 #[derive(Debug, Clone)]
 struct ClientLeaf(Option<String>);
 
 async fn status_json(
-    State(status): State<watch::Receiver<Status>>,
+    State(state): State<AppState>,
     axum::Extension(client): axum::Extension<ClientLeaf>,
 ) -> Json<serde_json::Value> {
-    let status = status.borrow().clone();
+    let status = state.status.borrow().clone();
     let current = status.current.as_ref();
     let routes: serde_json::Map<String, serde_json::Value> = status
         .routes
@@ -703,6 +826,14 @@ async fn status_json(
             .map(|ca| ca.fingerprint_sha256.clone())
             .collect();
         json["client_fingerprint_sha256"] = client.0.into();
+    }
+    if let Some(leader) = &state.leader {
+        let leader = leader.borrow().clone();
+        json["leader"] = serde_json::json!({
+            "holder": leader.holder,
+            "round": leader.round,
+            "leading": leader.leading,
+        });
     }
     Json(json)
 }

@@ -128,6 +128,12 @@ impl Serve {
 
 /// An ordinary kubeconfig in `dir` pointing at the emulator.
 fn kubeconfig(api: &tls_test::KubeApi, dir: &std::path::Path) -> PathBuf {
+    kubeconfig_at(&api.url(), dir)
+}
+
+/// An ordinary kubeconfig in `dir` pointing at `url` (the emulator, or one client's endpoint).
+fn kubeconfig_at(url: &str, dir: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -135,7 +141,7 @@ fn kubeconfig(api: &tls_test::KubeApi, dir: &std::path::Path) -> PathBuf {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n\
              contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
              current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n",
-            api.url()
+            url
         ),
     )
     .unwrap();
@@ -857,4 +863,137 @@ async fn client_ca_goes_with_the_self_signed_default_too() {
     assert_eq!(status["client_fingerprint_sha256"], leaf.fingerprint);
     let anonymous = tls_test::https_get_as(serve.addr, "localhost", "/", None).await;
     assert!(anonymous.is_err(), "no client certificate: refused");
+}
+
+/// Three replicas of `serve --k8s-shared`, each through its own API endpoint: one leader
+/// generates one CA and one leaf, all three serve them, and each status says who leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads() {
+    let api = tls_test::KubeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for id in ["web-0", "web-1", "web-2"] {
+        // Its own endpoint, as a pod has its own connection to the API server.
+        let endpoint = api.endpoint().await;
+        let kubeconfig = kubeconfig_at(&endpoint.url(), &dir.path().join(id));
+        let serve = Serve::start_with_env(
+            &[
+                "--k8s-shared",
+                "default/web-tls",
+                "--identity",
+                id,
+                "--self-signed-ca",
+                "--name",
+                "web.test",
+            ],
+            &[("KUBECONFIG", kubeconfig.as_os_str())],
+        )
+        .await;
+        replicas.push((endpoint, serve));
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let statuses = loop {
+        let mut statuses = Vec::new();
+        for (_, serve) in &replicas {
+            statuses.push(serve.status().await);
+        }
+        let agreed = statuses.iter().all(|s| {
+            s["fingerprint_sha256"] == statuses[0]["fingerprint_sha256"]
+                && s["leader"]["holder"] == statuses[0]["leader"]["holder"]
+                && s["leader"]["holder"].is_string()
+        });
+        let leading = statuses
+            .iter()
+            .filter(|s| s["leader"]["leading"] == true)
+            .count();
+        if agreed && leading == 1 {
+            break statuses;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replicas did not agree: {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ids = ["web-0", "web-1", "web-2"];
+    let at = statuses
+        .iter()
+        .position(|s| s["leader"]["leading"] == true)
+        .unwrap();
+    assert_eq!(
+        statuses[at]["leader"],
+        serde_json::json!({"holder": ids[at], "round": 0, "leading": true}),
+        "the leader says it is the holder"
+    );
+    for status in &statuses {
+        assert_eq!(
+            status["origin"],
+            format!(
+                "secret default/web-tls at resourceVersion {}",
+                api.get("secrets", "default", "web-tls").unwrap()["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+            )
+        );
+        assert_eq!(
+            status["ca_fingerprints_sha256"].as_array().unwrap().len(),
+            1
+        );
+        assert_eq!(
+            status["ca_fingerprints_sha256"], statuses[0]["ca_fingerprints_sha256"],
+            "one CA for the fleet"
+        );
+        assert_eq!(
+            status["dns_names"],
+            serde_json::json!(["localhost", "web.test"])
+        );
+    }
+    assert!(api.get("secrets", "default", "web-tls-ca").is_some());
+    for (_, serve) in replicas {
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
+}
+
+#[tokio::test]
+async fn k8s_shared_flags_are_checked() {
+    for (args, expected) in [
+        (
+            vec!["--lease", "web-writer"],
+            "--lease and --identity go with --k8s-shared",
+        ),
+        (
+            vec!["--k8s-shared", "web-tls"],
+            "--k8s-shared web-tls: expected NAMESPACE/NAME",
+        ),
+        (
+            vec![
+                "--k8s-shared",
+                "default/web-tls",
+                "--self-signed-dir",
+                "/tmp/x",
+            ],
+            "--self-signed-dir does not go with --k8s-shared",
+        ),
+        (
+            vec![
+                "--k8s-shared",
+                "default/web-tls",
+                "--k8s-secret",
+                "default/web",
+            ],
+            "--k8s-shared cannot be combined with",
+        ),
+    ] {
+        let out = tokio::time::timeout(
+            PATIENCE,
+            Command::new(example("serve")).args(&args).output(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
 }
