@@ -265,8 +265,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
                 within("--poll", &v, poll, MIN_POLL, MAX_POLL)?;
             }
             "--no-notify" => notify = false,
-            "--k8s-secret" => secret = Some(namespaced("--k8s-secret", value()?)?),
-            "--k8s-shared" => shared = Some(namespaced("--k8s-shared", value()?)?),
+            "--k8s-secret" => secret = Some(namespaced("--k8s-secret", &value()?)?),
+            "--k8s-shared" => shared = Some(namespaced("--k8s-shared", &value()?)?),
             "--lease" => lease = Some(value()?),
             "--identity" => identity = Some(value()?),
             "--name" => {
@@ -434,7 +434,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
 }
 
 /// `NAMESPACE/NAME`, for `flag`.
-fn namespaced(flag: &str, v: String) -> anyhow::Result<(String, String)> {
+fn namespaced(flag: &str, v: &str) -> anyhow::Result<(String, String)> {
     let (namespace, name) = v
         .split_once('/')
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
@@ -647,7 +647,7 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
     }
 }
 
-/// The self-signed generator for localhost, 127.0.0.1, ::1 and each `--name`.
+/// The self-signed generator for `localhost`, `127.0.0.1`, `::1` and each `--name`.
 fn generator(options: &SelfSignedArgs) -> anyhow::Result<SelfSigned> {
     let mut names: Vec<&str> = vec!["localhost", "127.0.0.1", "::1"];
     for name in &options.names {

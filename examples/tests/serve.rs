@@ -138,10 +138,9 @@ fn kubeconfig_at(url: &str, dir: &std::path::Path) -> PathBuf {
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
              contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
-             current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n",
-            url
+             current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n"
         ),
     )
     .unwrap();
