@@ -51,7 +51,7 @@ pub struct Leadership {
 /// Client-go says its leader election is not a fencing mechanism; the round is: writes that
 /// carry it are refused once a later round exists (see the crate docs).
 ///
-/// Needs `get`, `watch`, `create` and `update` on the Lease.
+/// Needs `get`, `list`, `watch`, `create` and `update` on the Lease.
 #[must_use = "a lease lock does nothing until spawned"]
 pub struct LeaseLock {
     api: Api<Lease>,

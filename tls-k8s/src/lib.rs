@@ -5,9 +5,10 @@
 //! after it changes, for `tls-reload` to validate and serve. API trouble never takes the
 //! certificate away: a dropped watch, a 410 Gone, an API server restart or a deleted Secret is
 //! reported while the last good certificate keeps serving. [`SecretsSource`] serves every TLS
-//! Secret matching a label selector. [`LeaseLock`] elects one leader among replicas by a
-//! Lease, with its round (`leaseTransitions`) as a fencing token, and [`FencedSecret`] writes
-//! a Secret only for the latest round: the parts of the shared writer being built on them.
+//! Secret matching a label selector. For many replicas, `SharedSelfSigned` (feature
+//! `self-signed`) gives them one self-signed certificate and CA, written by one replica
+//! elected by a Lease: [`LeaseLock`], with its round (`leaseTransitions`) as a fencing token,
+//! and [`FencedSecret`], which writes a Secret only for the latest round.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -75,6 +76,73 @@
 //!
 //! It needs `list` and `watch` on Secrets in the namespace (a Role with
 //! `verbs: ["list", "watch"]` and no `resourceNames`, which cannot restrict a selector).
+//!
+//! # Many replicas, one certificate
+//! Behind a load balancer, replicas that each generate their own self-signed certificate break
+//! clients pinned to one replica's CA. With the `self-signed` feature, `SharedSelfSigned`
+//! keeps one certificate (and CA) for the fleet in a Secret: every replica serves it, and the
+//! holder of a Lease alone creates and renews it, with writes that a deposed leader cannot make
+//! (see `SharedSelfSigned` for the rules and an example). `serve --k8s-shared NAMESPACE/NAME`
+//! runs it.
+//!
+//! Every replica that may be elected needs the writer's Role: read and update the TLS Secret,
+//! the CA Secret (`NAME-ca`, holding the CA's private key: only the writer's Role can read it)
+//! and the Lease (`NAME-writer`); `create` has a rule of its own, since `resourceNames` cannot
+//! limit it. A server that only serves the certificate needs the reader's Role above.
+//!
+//! ```yaml
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: Role
+//! metadata:
+//!   name: web-tls-writer
+//!   namespace: web
+//! rules:
+//!   - apiGroups: [""]
+//!     resources: ["secrets"]
+//!     resourceNames: ["web-tls", "web-tls-ca"]
+//!     verbs: ["get", "list", "watch", "update"]
+//!   - apiGroups: ["coordination.k8s.io"]
+//!     resources: ["leases"]
+//!     resourceNames: ["web-tls-writer"]
+//!     verbs: ["get", "list", "watch", "update"]
+//!   - apiGroups: [""]
+//!     resources: ["secrets"]
+//!     verbs: ["create"]
+//!   - apiGroups: ["coordination.k8s.io"]
+//!     resources: ["leases"]
+//!     verbs: ["create"]
+//! ```
+//!
+//! A Deployment of three replicas, each named in the Lease by its pod name:
+//!
+//! ```yaml
+//! apiVersion: apps/v1
+//! kind: Deployment
+//! metadata:
+//!   name: web
+//!   namespace: web
+//! spec:
+//!   replicas: 3
+//!   selector:
+//!     matchLabels: {app: web}
+//!   template:
+//!     metadata:
+//!       labels: {app: web}
+//!     spec:
+//!       serviceAccountName: web
+//!       containers:
+//!         - name: web
+//!           image: registry.example/web:latest
+//!           args: ["--listen", "0.0.0.0:8443", "--k8s-shared", "web/web-tls",
+//!                  "--self-signed-ca", "--name", "web.web.svc"]
+//!           env:
+//!             - name: POD_NAME
+//!               valueFrom:
+//!                 fieldRef: {fieldPath: metadata.name}
+//! ```
+//!
+//! The whole manifest (namespace, service account, both Roles, the binding) is
+//! `deploy/shared.yaml` in the repository.
 
 mod fenced;
 mod lease;

@@ -580,3 +580,57 @@ async fn a_renewed_ca_is_announced_before_it_signs() {
         a.status().last_error
     );
 }
+
+/// The same on a real cluster (the ambient kubeconfig; namespace `$TLS_K8S_TEST_NAMESPACE`,
+/// default `default`): three replicas, one generation, one certificate. Cleans up after itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs cluster"]
+async fn on_a_real_cluster_three_replicas_share_one_certificate() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Secret;
+    let client = kube::Client::try_default()
+        .await
+        .expect("a cluster from the kubeconfig");
+    let namespace = std::env::var("TLS_K8S_TEST_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let name = format!("tls-rotation-shared-{}", std::process::id());
+    let mut replicas = Vec::new();
+    for id in ["a", "b", "c"] {
+        let shared = SharedSelfSigned::new(
+            client.clone(),
+            &namespace,
+            name.clone(),
+            id,
+            generator(&["localhost"], true),
+        )
+        .start(&CancellationToken::new());
+        let (leadership, stats) = (shared.leadership(), shared.stats());
+        let reloader = Reloader::builder()
+            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .spawn(shared)
+            .expect("spawn");
+        let server = TestServer::start(reloader.resolver()).await;
+        replicas.push((leadership, stats, reloader, server));
+    }
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut served = BTreeSet::new();
+        for (_, _, _, server) in &replicas {
+            served.insert(tls_test::served_as(server.addr(), "localhost").await.ok());
+        }
+        let leading = replicas.iter().filter(|r| r.0.borrow().leading).count();
+        if served.len() == 1 && served.first().is_some_and(Option::is_some) && leading == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no agreement: {served:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let generated: u64 = replicas.iter().map(|r| r.1.borrow().generated_leaves).sum();
+    assert_eq!(generated, 1);
+    drop(replicas);
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &namespace);
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client, &namespace);
+    let params = kube::api::DeleteParams::default();
+    let _ = secrets.delete(&name, &params).await;
+    let _ = secrets.delete(&format!("{name}-ca"), &params).await;
+    let _ = leases.delete(&format!("{name}-writer"), &params).await;
+}
