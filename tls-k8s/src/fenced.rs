@@ -58,6 +58,7 @@ pub struct FencedSecret {
 }
 
 /// A Secret as read: its fence, its data (decoded), its annotations.
+#[cfg(feature = "self-signed")]
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
     pub(crate) fence: Option<Fence>,
@@ -65,6 +66,7 @@ pub(crate) struct Stored {
     pub(crate) annotations: BTreeMap<String, String>,
 }
 
+#[cfg(feature = "self-signed")]
 impl fmt::Debug for Stored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The data may hold private keys: only its keys are shown.
@@ -111,6 +113,7 @@ impl FencedSecret {
 
     /// Reads the Secret: `None` when it does not exist. Data that is not base64 reads as
     /// missing (the writer replaces it).
+    #[cfg(feature = "self-signed")]
     pub(crate) async fn read(&self) -> Result<Option<Stored>, kube::Error> {
         Ok(self.api.get_opt(&self.name).await?.map(|secret| {
             let data = secret

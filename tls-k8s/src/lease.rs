@@ -130,6 +130,7 @@ impl LeaseLock {
         let mut election = Election {
             observed: None,
             last_renew: None,
+            written: None,
         };
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
         let mut changes = watcher::watcher(self.api.clone(), config)
@@ -222,6 +223,27 @@ impl LeaseLock {
 
     /// One step of client-go's `tryAcquireOrRenew`: whether this replica holds the lease now.
     async fn try_acquire_or_renew(&self, election: &mut Election) -> bool {
+        // A holder renews from the Lease its last write returned, without reading it first:
+        // if anything changed since, the replace fails its compare-and-swap (409) and the
+        // usual read-then-decide follows. Half the requests of a leader at steady state.
+        if let Some(mine) = election.written.take() {
+            if let Some(renewed) = self.renewal_of(&mine) {
+                match self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &renewed)
+                    .await
+                {
+                    Ok(replaced) => {
+                        election.observe(&replaced);
+                        election.written = Some(replaced);
+                        return true;
+                    }
+                    Err(err) => {
+                        tracing::debug!(lease = %self.name, error = %err, "renewing from the last write failed; reading the lease");
+                    }
+                }
+            }
+        }
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let lease = match self.api.get_opt(&self.name).await {
             Ok(Some(lease)) => lease,
@@ -243,6 +265,7 @@ impl LeaseLock {
                 return match self.api.create(&PostParams::default(), &lease).await {
                     Ok(created) => {
                         election.observe(&created);
+                        election.written = Some(created);
                         true
                     }
                     Err(err) => {
@@ -285,6 +308,7 @@ impl LeaseLock {
         {
             Ok(replaced) => {
                 election.observe(&replaced);
+                election.written = Some(replaced);
                 true
             }
             Err(err) => {
@@ -292,6 +316,23 @@ impl LeaseLock {
                 false
             }
         }
+    }
+}
+
+impl LeaseLock {
+    /// `mine` (a Lease this replica wrote) with its renew time set to now, if this replica
+    /// still holds it.
+    fn renewal_of(&self, mine: &Lease) -> Option<Lease> {
+        let mut spec = mine.spec.clone()?;
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return None;
+        }
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        spec.lease_duration_seconds = Some(seconds(self.lease_duration));
+        Some(Lease {
+            metadata: mine.metadata.clone(),
+            spec: Some(spec),
+        })
     }
 }
 
@@ -313,6 +354,8 @@ impl LeaseHandle {
 struct Election {
     observed: Option<Observed>,
     last_renew: Option<Instant>,
+    /// The Lease as this replica's last successful write returned it.
+    written: Option<Lease>,
 }
 
 struct Observed {

@@ -634,3 +634,33 @@ async fn on_a_real_cluster_three_replicas_share_one_certificate() {
     let _ = secrets.delete(&format!("{name}-ca"), &params).await;
     let _ = leases.delete(&format!("{name}-writer"), &params).await;
 }
+
+/// At steady state a follower makes no requests at all (its watches of the Lease and the
+/// Secret stay open), and the leader one per retry period: a replace of the Lease from its own
+/// last write, without reading it first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_steady_state_a_follower_only_watches_and_the_leader_renews_once_per_retry() {
+    let api = KubeApi::start().await;
+    let [a, b, c] = three(&api, false).await;
+    let all = [&a, &b, &c];
+    converged(&api, &all).await;
+    let leader = leader(&all).await;
+    until("the leader's first check", || leader.stats().checks >= 1).await;
+    tokio::time::sleep(RETRY * 2).await;
+    let before: Vec<Vec<String>> = all.iter().map(|r| r.endpoint.request_log()).collect();
+    let window = RETRY * 15;
+    tokio::time::sleep(window).await;
+    for (replica, before) in all.iter().zip(before) {
+        let during: Vec<String> = replica.endpoint.request_log()[before.len()..].to_vec();
+        if replica.id == leader.id {
+            let renewals = during.iter().filter(|r| r.starts_with("PUT ")).count();
+            assert!(
+                (12..=17).contains(&renewals),
+                "{renewals} renewals in {window:?} at one per {RETRY:?}: {during:?}"
+            );
+            assert_eq!(during.len(), renewals, "nothing but renewals: {during:?}");
+        } else {
+            assert!(during.is_empty(), "a follower asked: {during:?}");
+        }
+    }
+}
