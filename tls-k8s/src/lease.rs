@@ -226,21 +226,23 @@ impl LeaseLock {
         // A holder renews from the Lease its last write returned, without reading it first:
         // if anything changed since, the replace fails its compare-and-swap (409) and the
         // usual read-then-decide follows. Half the requests of a leader at steady state.
-        if let Some(mine) = election.written.take() {
-            if let Some(renewed) = self.renewal_of(&mine) {
-                match self
-                    .api
-                    .replace(&self.name, &PostParams::default(), &renewed)
-                    .await
-                {
-                    Ok(replaced) => {
-                        election.observe(&replaced);
-                        election.written = Some(replaced);
-                        return true;
-                    }
-                    Err(err) => {
-                        tracing::debug!(lease = %self.name, error = %err, "renewing from the last write failed; reading the lease");
-                    }
+        if let Some(renewed) = election
+            .written
+            .take()
+            .and_then(|mine| self.renewal_of(&mine))
+        {
+            match self
+                .api
+                .replace(&self.name, &PostParams::default(), &renewed)
+                .await
+            {
+                Ok(replaced) => {
+                    election.observe(&replaced);
+                    election.written = Some(replaced);
+                    return true;
+                }
+                Err(err) => {
+                    tracing::debug!(lease = %self.name, error = %err, "renewing from the last write failed; reading the lease");
                 }
             }
         }
