@@ -1,0 +1,310 @@
+//! The shared self-signed store, measured on the API emulator with three replicas, each with
+//! its own endpoint and a real reloader:
+//!
+//! - leader failover: a leader killed (it stops without releasing its Lease) until another
+//!   leads and has stamped its round on the Secret, with short test leases and with the
+//!   defaults (15 s lease, 10 s renew deadline, 2 s retry);
+//! - the time from the leader's write of a new certificate to all three replicas serving it
+//!   (installed in their resolvers);
+//! - API requests per minute at steady state, for the leader and for a follower.
+//!
+//! `cargo run --release -p benches --bin shared [--quick]` (`--quick` skips the failovers with
+//! the default timing, which take a lease duration each).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tls_k8s::{Leadership, SharedSelfSigned, WriterStats};
+use tls_reload::{Reloader, Status};
+use tls_selfsigned::SelfSigned;
+use tls_test::{Endpoint, KubeApi};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+struct Replica {
+    id: String,
+    endpoint: Endpoint,
+    leadership: watch::Receiver<Leadership>,
+    stats: watch::Receiver<WriterStats>,
+    reloader: Reloader,
+}
+
+type Timing = (Duration, Duration, Duration);
+
+const SHORT: Timing = (
+    Duration::from_millis(1500),
+    Duration::from_millis(1000),
+    Duration::from_millis(200),
+);
+const DEFAULTS: Timing = (
+    tls_k8s::DEFAULT_LEASE_DURATION,
+    tls_k8s::DEFAULT_RENEW_DEADLINE,
+    tls_k8s::DEFAULT_RETRY_PERIOD,
+);
+
+async fn replica(api: &KubeApi, id: &str, timing: Timing) -> Replica {
+    let endpoint = api.endpoint().await;
+    let mut config = kube::Config::new(endpoint.url().parse().expect("URL"));
+    config.default_namespace = "default".into();
+    let client = kube::Client::try_from(config).expect("client");
+    let generator = SelfSigned::builder()
+        .dns_name("localhost")
+        .ca()
+        .build()
+        .expect("generator");
+    let shared = SharedSelfSigned::new(client, "default", "tls", id, generator)
+        .lease_timing(timing.0, timing.1, timing.2)
+        .start(&CancellationToken::new());
+    let (leadership, stats) = (shared.leadership(), shared.stats());
+    let reloader = Reloader::builder()
+        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .spawn(shared)
+        .expect("spawn");
+    reloader
+        .ready_timeout(Duration::from_secs(30))
+        .await
+        .expect("ready");
+    Replica {
+        id: id.to_owned(),
+        endpoint,
+        leadership,
+        stats,
+        reloader,
+    }
+}
+
+fn fingerprint(status: &Status) -> Option<String> {
+    status
+        .current
+        .as_ref()
+        .map(|c| c.fingerprint_sha256.clone())
+}
+
+async fn wait(what: &str, mut pred: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pred() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn stored_holder(api: &KubeApi) -> Option<String> {
+    api.get("secrets", "default", "tls")?["metadata"]["annotations"][tls_k8s::HOLDER_ANNOTATION]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn show(label: &str, v: &[Duration]) {
+    let mut sorted = v.to_vec();
+    sorted.sort();
+    println!(
+        "{label}: median {:.1} ms, min {:.1} ms, max {:.1} ms ({} runs)",
+        median(sorted.clone()).as_secs_f64() * 1e3,
+        sorted[0].as_secs_f64() * 1e3,
+        sorted[sorted.len() - 1].as_secs_f64() * 1e3,
+        sorted.len()
+    );
+}
+
+/// Kills the leader `runs` times; each time, the time until another leads, and until it has
+/// stamped its round on the Secret.
+async fn failover(timing: Timing, runs: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let api = KubeApi::start().await;
+    let mut replicas = Vec::new();
+    for id in ["a", "b", "c"] {
+        replicas.push(replica(&api, id, timing).await);
+    }
+    let (mut leading, mut stamped) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        wait("one leader", || {
+            replicas
+                .iter()
+                .filter(|r| r.leadership.borrow().leading)
+                .count()
+                == 1
+                && replicas.iter().any(|r| {
+                    r.leadership.borrow().leading && stored_holder(&api).as_deref() == Some(&r.id)
+                })
+        })
+        .await;
+        let at = replicas
+            .iter()
+            .position(|r| r.leadership.borrow().leading)
+            .expect("a leader");
+        let old = replicas.remove(at);
+        old.reloader.stop();
+        let _ = old.reloader.stopped().await;
+        let killed = Instant::now();
+        wait("a new leader", || {
+            replicas.iter().any(|r| r.leadership.borrow().leading)
+        })
+        .await;
+        leading.push(killed.elapsed());
+        wait("its fencing write", || {
+            replicas.iter().any(|r| {
+                r.leadership.borrow().leading && stored_holder(&api).as_deref() == Some(&r.id)
+            })
+        })
+        .await;
+        stamped.push(killed.elapsed());
+        // Back to three.
+        replicas.push(replica(&api, &format!("r{run}"), timing).await);
+    }
+    let generated: u64 = replicas
+        .iter()
+        .map(|r| r.stats.borrow().generated_leaves)
+        .sum();
+    assert_eq!(generated, 0, "nothing regenerated by the survivors");
+    (leading, stamped)
+}
+
+/// The leader's write of a new certificate until all three serve it: the Secret is spoiled
+/// (garbage in tls.crt, which the readers refuse), the leader regenerates and writes.
+async fn write_to_serve(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let api = Arc::new(KubeApi::start().await);
+    let mut replicas = Vec::new();
+    for id in ["a", "b", "c"] {
+        replicas.push(replica(&api, id, SHORT).await);
+    }
+    let (mut to_write, mut to_serve) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        wait("agreement", || {
+            let first = fingerprint(&replicas[0].reloader.status().borrow());
+            first.is_some()
+                && replicas
+                    .iter()
+                    .all(|r| fingerprint(&r.reloader.status().borrow()) == first)
+        })
+        .await;
+        let old = fingerprint(&replicas[0].reloader.status().borrow());
+        let spoiled = api.put_secret(
+            "default",
+            "tls",
+            &[("tls.crt", b"junk"), ("tls.key", b"junk")],
+        );
+        let spoiled_at = Instant::now();
+        // The moment the leader's write is in the store, seen by a spinning thread.
+        let written = {
+            let api = Arc::clone(&api);
+            let stop = Arc::new(AtomicBool::new(false));
+            let handle = {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let rv = api.get("secrets", "default", "tls").and_then(|s| {
+                            s["metadata"]["resourceVersion"]
+                                .as_str()?
+                                .parse::<u64>()
+                                .ok()
+                        });
+                        if rv.is_some_and(|rv| rv > spoiled) {
+                            return Some(Instant::now());
+                        }
+                        std::hint::spin_loop();
+                    }
+                    None
+                })
+            };
+            (handle, stop)
+        };
+        wait("all three serving the new leaf", || {
+            replicas.iter().all(|r| {
+                let now = fingerprint(&r.reloader.status().borrow());
+                now.is_some() && now != old
+            })
+        })
+        .await;
+        let served_at = Instant::now();
+        written.1.store(true, Ordering::Relaxed);
+        let write_at = written
+            .0
+            .join()
+            .expect("thread")
+            .expect("the write was seen");
+        to_write.push(write_at - spoiled_at);
+        to_serve.push(served_at.saturating_duration_since(write_at));
+    }
+    (to_write, to_serve)
+}
+
+/// Requests per minute at steady state, per replica role, over `window`.
+async fn requests(window: Duration) -> Vec<(bool, f64)> {
+    let api = KubeApi::start().await;
+    let mut replicas = Vec::new();
+    for id in ["a", "b", "c"] {
+        replicas.push(replica(&api, id, DEFAULTS).await);
+    }
+    wait("one leader", || {
+        replicas
+            .iter()
+            .filter(|r| r.leadership.borrow().leading)
+            .count()
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before: Vec<u64> = replicas.iter().map(|r| r.endpoint.requests()).collect();
+    tokio::time::sleep(window).await;
+    replicas
+        .iter()
+        .zip(before)
+        .map(|(r, before)| {
+            let made = r.endpoint.requests() - before;
+            (
+                r.leadership.borrow().leading,
+                made as f64 * 60.0 / window.as_secs_f64(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (leading, stamped) = failover(SHORT, 10).await;
+    show(
+        "failover, 1.5 s lease / 1 s renew deadline / 200 ms retry: a new leader",
+        &leading,
+    );
+    show(
+        "failover, short lease: the new leader's fencing write on the Secret",
+        &stamped,
+    );
+    if !quick {
+        let (leading, stamped) = failover(DEFAULTS, 3).await;
+        show(
+            "failover, defaults 15 s / 10 s / 2 s: a new leader",
+            &leading,
+        );
+        show(
+            "failover, defaults: the new leader's fencing write",
+            &stamped,
+        );
+    }
+    let (to_write, to_serve) = write_to_serve(30).await;
+    show(
+        "a spoiled Secret until the leader's new certificate is written",
+        &to_write,
+    );
+    show(
+        "the leader's write until all three replicas serve it",
+        &to_serve,
+    );
+    let window = if quick {
+        Duration::from_secs(20)
+    } else {
+        Duration::from_secs(60)
+    };
+    for (leading, per_minute) in requests(window).await {
+        println!(
+            "API requests per minute at steady state (defaults, over {window:?}), {}: {per_minute:.1}",
+            if leading { "leader" } else { "follower" }
+        );
+    }
+}
