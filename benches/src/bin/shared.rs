@@ -8,11 +8,11 @@
 //!   (installed in their resolvers);
 //! - API requests per minute at steady state, for the leader and for a follower.
 //!
-//! `cargo run --release -p benches --bin shared [--quick]` (`--quick` skips the failovers with
-//! the default timing, which take a lease duration each).
+//! `cargo run --release -p benches --bin shared [--quick | --write]` (`--quick` skips the
+//! failovers with the default timing, which take a lease duration each, and counts requests
+//! over 20 s instead of 60 s; `--write` measures write-to-serve only).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tls_k8s::{Leadership, SharedSelfSigned, WriterStats};
@@ -165,7 +165,8 @@ async fn failover(timing: Timing, runs: usize) -> (Vec<Duration>, Vec<Duration>)
 }
 
 /// The leader's write of a new certificate until all three serve it: the Secret is spoiled
-/// (garbage in tls.crt, which the readers refuse), the leader regenerates and writes.
+/// (garbage in tls.crt, which the readers refuse), the leader regenerates and writes. Times
+/// are the emulator's (when a write was stored) and the reload cores' (`loaded_at`).
 async fn write_to_serve(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
     let api = Arc::new(KubeApi::start().await);
     let mut replicas = Vec::new();
@@ -188,31 +189,7 @@ async fn write_to_serve(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
             "tls",
             &[("tls.crt", b"junk"), ("tls.key", b"junk")],
         );
-        let spoiled_at = Instant::now();
-        // The moment the leader's write is in the store, seen by a spinning thread.
-        let written = {
-            let api = Arc::clone(&api);
-            let stop = Arc::new(AtomicBool::new(false));
-            let handle = {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let rv = api.get("secrets", "default", "tls").and_then(|s| {
-                            s["metadata"]["resourceVersion"]
-                                .as_str()?
-                                .parse::<u64>()
-                                .ok()
-                        });
-                        if rv.is_some_and(|rv| rv > spoiled) {
-                            return Some(Instant::now());
-                        }
-                        std::hint::spin_loop();
-                    }
-                    None
-                })
-            };
-            (handle, stop)
-        };
+        let spoiled_at = api.written_at(spoiled).expect("stored");
         wait("all three serving the new leaf", || {
             replicas.iter().all(|r| {
                 let now = fingerprint(&r.reloader.status().borrow());
@@ -220,15 +197,31 @@ async fn write_to_serve(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
             })
         })
         .await;
-        let served_at = Instant::now();
-        written.1.store(true, Ordering::Relaxed);
-        let write_at = written
-            .0
-            .join()
-            .expect("thread")
-            .expect("the write was seen");
-        to_write.push(write_at - spoiled_at);
-        to_serve.push(served_at.saturating_duration_since(write_at));
+        // The leader's write: the Secret's resourceVersion now (nothing else writes it).
+        let rv: u64 =
+            api.get("secrets", "default", "tls").expect("secret")["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|rv| rv.parse().ok())
+                .expect("resourceVersion");
+        let write_at = api.written_at(rv).expect("stored");
+        // When each replica installed it (the reload core's own time stamp).
+        let served_at = replicas
+            .iter()
+            .filter_map(|r| {
+                r.reloader
+                    .status()
+                    .borrow()
+                    .current
+                    .as_ref()
+                    .map(|c| c.loaded_at)
+            })
+            .max()
+            .expect("installed");
+        let since = |later: std::time::SystemTime, earlier| {
+            later.duration_since(earlier).unwrap_or_default()
+        };
+        to_write.push(since(write_at, spoiled_at));
+        to_serve.push(since(served_at, write_at));
     }
     (to_write, to_serve)
 }
@@ -267,6 +260,18 @@ async fn requests(window: Duration) -> Vec<(bool, f64)> {
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--write") {
+        let (to_write, to_serve) = write_to_serve(30).await;
+        show(
+            "a spoiled Secret until the leader's new certificate is written",
+            &to_write,
+        );
+        show(
+            "the leader's write until all three replicas serve it",
+            &to_serve,
+        );
+        return;
+    }
     let (leading, stamped) = failover(SHORT, 10).await;
     show(
         "failover, 1.5 s lease / 1 s renew deadline / 200 ms retry: a new leader",

@@ -76,6 +76,8 @@ struct Store {
     history: VecDeque<Stored>,
     /// Watches from a resourceVersion below this answer 410 Gone.
     oldest: u64,
+    /// When each write (by its resourceVersion) was stored, on the wall clock.
+    written: Vec<(u64, std::time::SystemTime)>,
 }
 
 #[derive(Debug, Default)]
@@ -279,6 +281,18 @@ impl KubeApi {
             .cloned()
     }
 
+    /// When the write that made resourceVersion `rv` was stored (wall clock): for measuring
+    /// the time from a write to its effect, against `Status`'s `loaded_at`.
+    pub fn written_at(&self, rv: u64) -> Option<std::time::SystemTime> {
+        let state = self.shared.lock();
+        state
+            .written
+            .iter()
+            .rev()
+            .find(|(at, _)| *at == rv)
+            .map(|(_, when)| *when)
+    }
+
     /// Ends every open watch stream, as a dropped connection or a load balancer time-out would.
     pub fn close_watches(&self) {
         self.shared.close.send_modify(|n| *n += 1);
@@ -407,6 +421,7 @@ impl Shared {
         let created = existing.is_none();
         state.rv += 1;
         let rv = state.rv;
+        state.written.push((rv, std::time::SystemTime::now()));
         object["kind"] = json!(kind);
         object["apiVersion"] = json!(api_version);
         object["metadata"]["name"] = json!(key.2);
