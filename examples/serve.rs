@@ -345,79 +345,52 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     if shared.is_none() && (lease.is_some() || identity.is_some()) {
         bail!("--lease and --identity go with --k8s-shared");
     }
-    if let Some((namespace, name)) = shared {
+    if client_ca.is_none() && !ca_overlap.is_zero() {
+        bail!("--ca-overlap goes with --client-ca");
+    }
+    let from_api = shared.is_some() || secret.is_some();
+    if from_api && client_ca.is_some() {
+        bail!("--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)");
+    }
+    let certs = if let Some((namespace, name)) = shared {
         if files || secret.is_some() {
             bail!("--k8s-shared cannot be combined with --cert, --cert-dir or --k8s-secret");
         }
         if self_signed.dir.is_some() {
             bail!("--self-signed-dir does not go with --k8s-shared: the Secret is the store");
         }
-        if client_ca.is_some() {
-            bail!(
-                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
-            );
-        }
         let identity = match identity {
             Some(identity) => identity,
             None => default_identity()
                 .context("--k8s-shared needs --identity (no POD_NAME, no host name)")?,
         };
-        return Ok(Some(Args {
-            listen,
-            certs: Certs::Shared {
-                namespace,
-                name,
-                lease,
-                identity,
-                options: self_signed,
-            },
-            poll,
-            notify,
-            sni,
-            ready_timeout,
-            fail_fast,
-            handshake_timeout,
-            recycle_after,
-            client_ca: None,
-        }));
-    }
-    if let Some((namespace, name)) = secret {
+        Certs::Shared {
+            namespace,
+            name,
+            lease,
+            identity,
+            options: self_signed,
+        }
+    } else if let Some((namespace, name)) = secret {
         if files || self_signed_flags {
             bail!("--k8s-secret cannot be combined with other certificate flags");
         }
-        if client_ca.is_some() {
+        Certs::Secret { namespace, name }
+    } else {
+        if files && self_signed_flags {
             bail!(
-                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
+                "--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir"
             );
         }
-        return Ok(Some(Args {
-            listen,
-            certs: Certs::Secret { namespace, name },
-            poll,
-            notify,
-            sni,
-            ready_timeout,
-            fail_fast,
-            handshake_timeout,
-            recycle_after,
-            client_ca: client_ca.map(|path| (path, ca_overlap)),
-        }));
-    }
-    if files && self_signed_flags {
-        bail!(
-            "--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir"
-        );
-    }
-    if client_ca.is_none() && !ca_overlap.is_zero() {
-        bail!("--ca-overlap goes with --client-ca");
-    }
-    let client_ca = client_ca.map(|path| (path, ca_overlap));
-    let certs = match (cert, key, ca, dir) {
-        (None, None, None, None) => Certs::SelfSigned(self_signed),
-        (None, None, None, Some(dir)) => Certs::Dir(dir),
-        (Some(cert), Some(key), ca, None) => Certs::Files { cert, key, ca },
-        (_, _, _, Some(_)) => bail!("--cert-dir cannot be combined with --cert, --key or --ca"),
-        _ => bail!("--cert and --key go together (and --ca needs them)"),
+        match (cert, key, ca, dir) {
+            (None, None, None, None) => Certs::SelfSigned(self_signed),
+            (None, None, None, Some(dir)) => Certs::Dir(dir),
+            (Some(cert), Some(key), ca, None) => Certs::Files { cert, key, ca },
+            (_, _, _, Some(_)) => {
+                bail!("--cert-dir cannot be combined with --cert, --key or --ca")
+            }
+            _ => bail!("--cert and --key go together (and --ca needs them)"),
+        }
     };
     Ok(Some(Args {
         listen,
@@ -429,7 +402,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         fail_fast,
         handshake_timeout,
         recycle_after,
-        client_ca,
+        client_ca: client_ca.map(|path| (path, ca_overlap)),
     }))
 }
 

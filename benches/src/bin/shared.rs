@@ -257,41 +257,8 @@ async fn requests(window: Duration) -> Vec<(bool, f64)> {
         .collect()
 }
 
-#[tokio::main]
-async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    if std::env::args().any(|a| a == "--write") {
-        let (to_write, to_serve) = write_to_serve(30).await;
-        show(
-            "a spoiled Secret until the leader's new certificate is written",
-            &to_write,
-        );
-        show(
-            "the leader's write until all three replicas serve it",
-            &to_serve,
-        );
-        return;
-    }
-    let (leading, stamped) = failover(SHORT, 10).await;
-    show(
-        "failover, 1.5 s lease / 1 s renew deadline / 200 ms retry: a new leader",
-        &leading,
-    );
-    show(
-        "failover, short lease: the new leader's fencing write on the Secret",
-        &stamped,
-    );
-    if !quick {
-        let (leading, stamped) = failover(DEFAULTS, 3).await;
-        show(
-            "failover, defaults 15 s / 10 s / 2 s: a new leader",
-            &leading,
-        );
-        show(
-            "failover, defaults: the new leader's fencing write",
-            &stamped,
-        );
-    }
+/// Measures and prints the write-to-serve figures.
+async fn write_phase() {
     let (to_write, to_serve) = write_to_serve(30).await;
     show(
         "a spoiled Secret until the leader's new certificate is written",
@@ -301,6 +268,30 @@ async fn main() {
         "the leader's write until all three replicas serve it",
         &to_serve,
     );
+}
+
+/// Measures and prints the failover figures with `timing` (named `label`).
+async fn failover_phase(label: &str, timing: Timing, runs: usize) {
+    let (leading, stamped) = failover(timing, runs).await;
+    show(&format!("failover, {label}: a new leader"), &leading);
+    show(
+        &format!("failover, {label}: the new leader's fencing write on the Secret"),
+        &stamped,
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--write") {
+        write_phase().await;
+        return;
+    }
+    failover_phase("1.5 s lease / 1 s renew deadline / 200 ms retry", SHORT, 10).await;
+    if !quick {
+        failover_phase("defaults 15 s / 10 s / 2 s", DEFAULTS, 3).await;
+    }
+    write_phase().await;
     let window = if quick {
         Duration::from_secs(20)
     } else {
