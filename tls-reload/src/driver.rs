@@ -294,6 +294,7 @@ impl Driver {
                 Input::Trust(_) => {}
                 Input::Keyed(source, Err(err)) => {
                     tracing::warn!(error = %err, "certificate source error; keeping the current certificates");
+                    crate::metrics::source_error(None);
                     let err = Arc::new(Error::Source(err));
                     let ids: Vec<_> = self
                         .keyed
@@ -321,7 +322,12 @@ impl Driver {
         self.cancel_timer(id, Timer::Retry);
         let route = self.route_label(id);
         tracing::warn!(error = %err, route, "certificate source error; keeping the current certificate");
-        self.record(id, Arc::new(Error::Source(err)));
+        let err = Error::Source(err);
+        crate::metrics::source_error(route);
+        if err.is_undecodable_input() {
+            crate::metrics::rejected(route, err.reason());
+        }
+        self.record(id, Arc::new(err));
     }
 
     /// The keyed route for `key`, made on first sight.
@@ -381,6 +387,7 @@ impl Driver {
             // The same material again, e.g. after a transient error: a recovery, not a rotation.
             if !route.status.expired && route.status.last_error.take().is_some() {
                 tracing::info!(origin = %bundle.origin(), route = route.label.as_deref(), "certificate source recovered; certificate unchanged");
+                crate::metrics::recovered(route.label.as_deref());
                 self.publish(id);
             }
             return;
@@ -410,6 +417,7 @@ impl Driver {
             Ok(validated) => self.install(id, &validated),
             Err(err) => {
                 tracing::warn!(error = %err, route = route.label.as_deref(), "certificate rejected; keeping the current certificate");
+                crate::metrics::rejected(route.label.as_deref(), err.reason());
                 if let Error::NotYetValid { not_before, .. } = &err {
                     let wait = self.until(*not_before);
                     let key = self.timers.insert((id, Timer::Retry), wait);
@@ -483,6 +491,7 @@ impl Driver {
             generation = status.generation,
             "certificate installed"
         );
+        crate::metrics::installed(route.label.as_deref(), &info);
         if status.expiring {
             cert_event!(
                 warn,
@@ -690,6 +699,7 @@ impl Driver {
         };
         // With client authentication, a server that trusts no CA yet refuses everyone.
         let ready = routes_ready && self.trust.as_ref().is_none_or(Trust::trusts_any);
+        crate::metrics::ready(ready);
         let (mut changed, removed) = (
             std::mem::take(&mut self.changed),
             std::mem::take(&mut self.removed),

@@ -200,6 +200,54 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A short, stable name for why an input was refused: the `reason` label of the
+    /// `tls_reload_rejections_total` metric (feature `metrics`). One of `parse` (the leaf or
+    /// the PEM/DER does not parse, an empty or keyless file), `key` (a key rustls cannot use),
+    /// `key_mismatch`, `expired`, `not_yet_valid`, `chain` (empty, out of order), `too_large`
+    /// (too many certificates or bytes), `name` (a name not covered, no names to route by),
+    /// `purpose` (extended key usage), `untrusted` (not verified by the configured roots),
+    /// `no_client_ca`, `served_expired` (the served certificate expired with no replacement),
+    /// `source` (the source could not read: I/O, API errors), `config` (the final errors of
+    /// `spawn`). New variants may add values; these keep their meaning.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NoCryptoProvider
+            | Self::ClientAuthConfig { .. }
+            | Self::InvalidRouteName { .. }
+            | Self::NoSources => "config",
+            Self::Source(err) => match err {
+                tls_source::Error::TooLarge { .. } => "too_large",
+                tls_source::Error::Empty { .. }
+                | tls_source::Error::NoCertificate { .. }
+                | tls_source::Error::NoKey { .. }
+                | tls_source::Error::MultipleKeys { .. }
+                | tls_source::Error::EncryptedKey { .. }
+                | tls_source::Error::Malformed { .. } => "parse",
+                _ => "source",
+            },
+            Self::NoClientCa { .. } => "no_client_ca",
+            Self::EmptyChain { .. } | Self::ChainOrder { .. } => "chain",
+            Self::ChainTooLong { .. } | Self::ChainTooLarge { .. } => "too_large",
+            Self::Purpose { .. } => "purpose",
+            Self::NameNotCovered { .. } | Self::NoNames { .. } => "name",
+            Self::Untrusted { .. } => "untrusted",
+            Self::ServedExpired { .. } => "served_expired",
+            Self::Parse { .. } => "parse",
+            Self::Key { .. } => "key",
+            Self::KeyMismatch { .. } => "key_mismatch",
+            Self::Expired { .. } => "expired",
+            Self::NotYetValid { .. } => "not_yet_valid",
+        }
+    }
+
+    /// Whether this is a source's report of input it could not decode (counted as a
+    /// rejection as well as a source error).
+    pub(crate) fn is_undecodable_input(&self) -> bool {
+        matches!(self, Self::Source(_)) && matches!(self.reason(), "parse" | "too_large")
+    }
+}
+
 /// Why [`Reloader::ready`](crate::Reloader::ready) gave up: nothing was installed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]

@@ -56,6 +56,49 @@
 //!   The file source is always there ([`FileSource`]), as are [`rustls`], [`tls_source`] and
 //!   [`CancellationToken`].
 //! - `ring`, `aws-lc-rs`: rustls's crypto providers, passed through.
+//! - `metrics`: the metrics below, on the `metrics` facade.
+//!
+//! # Metrics
+//! With the `metrics` feature, the reload task records these on the
+//! [`metrics`](https://docs.rs/metrics) facade, which costs nothing until the application
+//! installs a recorder (e.g. `metrics-exporter-prometheus`; `serve --metrics ADDR` does):
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `tls_certificate_expiration_timestamp_seconds` | gauge | `source`, `route` | the served leaf's `notAfter`, Unix seconds |
+//! | `tls_certificate_not_before_timestamp_seconds` | gauge | `source`, `route` | the served leaf's `notBefore` |
+//! | `tls_reload_installs_total` | counter | `route` | certificates installed |
+//! | `tls_reload_rejections_total` | counter | `route`, `reason` | inputs refused, by [`Error::reason`]: `parse`, `key`, `key_mismatch`, `expired`, `not_yet_valid`, `chain`, `too_large`, `name`, `purpose`, `untrusted`, `no_client_ca`, `served_expired`, `source` |
+//! | `tls_source_errors_total` | counter | `route` | errors a source reported (undecodable input is also a rejection) |
+//! | `tls_reload_last_success_timestamp_seconds` | gauge | `route` | the last install, or the last good read of unchanged material after an error |
+//! | `tls_reload_ready` | gauge | | 1 once everything that must be served is, else 0 |
+//!
+//! `route` is empty for the default certificate, else the route's name (an SNI name, or a keyed
+//! source's key such as a Secret's `namespace/name`). `source` says where the certificate comes
+//! from, with nothing that changes on every rotation: `files:<cert path>`,
+//! `secret:<namespace>/<name>`, `self-signed`, or the source's own description. A route whose
+//! source changes keeps its previous series (with the last values) until the process restarts.
+//!
+//! Alert rules for Prometheus, a certificate expiring within 7 days and no successful load for
+//! an hour while errors occur:
+//!
+//! ```yaml
+//! groups:
+//!   - name: tls-rotation
+//!     rules:
+//!       - alert: CertificateExpiresSoon
+//!         expr: tls_certificate_expiration_timestamp_seconds - time() < 7 * 86400
+//!         for: 10m
+//!         annotations:
+//!           summary: "{{ $labels.source }} ({{ $labels.route }}) expires in {{ $value | humanizeDuration }}"
+//!       - alert: CertificateReloadFailing
+//!         expr: >
+//!           time() - tls_reload_last_success_timestamp_seconds > 3600
+//!           and on(route) (increase(tls_source_errors_total[1h]) > 0
+//!             or on(route) sum by (route) (increase(tls_reload_rejections_total[1h])) > 0)
+//!         annotations:
+//!           summary: "no certificate loaded for an hour on route {{ $labels.route }}, with errors"
+//! ```
 //!
 //! # Choosing ring or aws-lc-rs
 //! The library never installs a provider. When the builder is given none
@@ -76,6 +119,7 @@ mod client;
 mod client_auth;
 mod driver;
 mod error;
+mod metrics;
 mod policy;
 mod reloader;
 mod status;

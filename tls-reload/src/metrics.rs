@@ -1,0 +1,100 @@
+//! The reload core's metrics, emitted from here only (the driver calls these beside its
+//! tracing events). With the `metrics` feature they go to the [`metrics`] facade, which costs
+//! nothing until the application installs a recorder (a Prometheus exporter, say); without
+//! it these functions are empty.
+//!
+//! The names, labels and meanings are in the crate docs (`# Metrics`).
+
+#[cfg(feature = "metrics")]
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[cfg(feature = "metrics")]
+use tls_source::Origin;
+
+use crate::status::CertInfo;
+
+/// The `source` label of an origin: stable across rotations (no resourceVersion).
+#[cfg(feature = "metrics")]
+fn source_label(origin: &Origin) -> String {
+    match origin {
+        Origin::Files { cert, .. } => format!("files:{}", cert.display()),
+        Origin::Secret {
+            namespace, name, ..
+        } => format!("secret:{namespace}/{name}"),
+        Origin::SelfSigned => "self-signed".to_owned(),
+        Origin::Other(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(feature = "metrics")]
+fn seconds(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// A certificate was installed for `route` (`None`: the default).
+pub(crate) fn installed(route: Option<&str>, info: &CertInfo) {
+    #[cfg(feature = "metrics")]
+    {
+        let route = route.unwrap_or_default().to_owned();
+        let source = source_label(&info.origin);
+        let labels = [("source", source), ("route", route.clone())];
+        metrics::gauge!("tls_certificate_expiration_timestamp_seconds", &labels)
+            .set(seconds(info.not_after));
+        metrics::gauge!("tls_certificate_not_before_timestamp_seconds", &labels)
+            .set(seconds(info.not_before));
+        metrics::counter!("tls_reload_installs_total", "route" => route.clone()).increment(1);
+        metrics::gauge!("tls_reload_last_success_timestamp_seconds", "route" => route)
+            .set(seconds(info.loaded_at));
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (route, info);
+}
+
+/// The source gave unchanged material again after an error: a success, nothing installed.
+pub(crate) fn recovered(route: Option<&str>) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(
+        "tls_reload_last_success_timestamp_seconds",
+        "route" => route.unwrap_or_default().to_owned()
+    )
+    .set(seconds(SystemTime::now()));
+    #[cfg(not(feature = "metrics"))]
+    let _ = route;
+}
+
+/// An input for `route` was refused, for `reason` (one of [`Error::reason`](crate::Error::reason)).
+pub(crate) fn rejected(route: Option<&str>, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "tls_reload_rejections_total",
+        "route" => route.unwrap_or_default().to_owned(),
+        "reason" => reason
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (route, reason);
+}
+
+/// The source of `route` reported an error.
+pub(crate) fn source_error(route: Option<&str>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "tls_source_errors_total",
+        "route" => route.unwrap_or_default().to_owned()
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = route;
+}
+
+/// Readiness, after each batch.
+pub(crate) fn ready(ready: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("tls_reload_ready").set(if ready { 1.0 } else { 0.0 });
+    #[cfg(not(feature = "metrics"))]
+    let _ = ready;
+}
