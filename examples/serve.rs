@@ -12,6 +12,7 @@
 //!                              [--ready-timeout DURATION] [--fail-fast]
 //!                              [--handshake-timeout DURATION] [--recycle-after DURATION]
 //!                              [--client-ca PATH [--ca-overlap DURATION]]
+//!                              [--metrics ADDR]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -44,6 +45,10 @@
 //! - `--recycle-after DURATION`: once a newer certificate is installed, connections at least that
 //!   old are closed gracefully (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), so keep-alive
 //!   clients pick it up; off by default.
+//! - `--metrics ADDR` serves Prometheus metrics (plain HTTP) at `http://ADDR/metrics`: the
+//!   served certificate's expiry per source and route, installs, rejections by reason, source
+//!   errors, the last success, readiness, and with `--k8s-shared` the Lease and the fenced
+//!   writes (the names are in the `tls-reload` and `tls-k8s` crate docs).
 //! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
 //!   finish (up to 10 s), and exit 0; a second SIGINT / SIGTERM exits at once (status 130).
 //! - The port is reserved at start (a busy port fails at once) but connections are refused
@@ -84,6 +89,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
              [--sni NAME=DIR]... [--sni-strict] [--k8s-secrets NAMESPACE [--selector SELECTOR]]
              [--ready-timeout DURATION] [--fail-fast] [--handshake-timeout DURATION]
              [--recycle-after DURATION] [--client-ca PATH [--ca-overlap DURATION]]
+             [--metrics ADDR]
 
   --listen ADDR      address to listen on (default 127.0.0.1:8443; port 0 picks a free port)
   --ready-timeout DURATION
@@ -98,6 +104,7 @@ usage: serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]] [--cert-dir DI
                      (followed like the certificate files)
   --ca-overlap DURATION
                      how long a CA that leaves PATH stays trusted (default 0s)
+  --metrics ADDR     serve Prometheus metrics over plain HTTP at http://ADDR/metrics
   --cert PATH        certificate chain file (PEM, leaf first); needs --key
   --key PATH         private key file (PEM: PKCS#8, PKCS#1 or SEC1)
   --ca PATH          CA bundle file, reported with the certificate
@@ -222,6 +229,8 @@ struct Args {
     recycle_after: Option<Duration>,
     /// mTLS: the client CA file (the bundle's CA), and how long a CA leaving it stays trusted.
     client_ca: Option<(PathBuf, Duration)>,
+    /// Where to serve Prometheus metrics.
+    metrics: Option<SocketAddr>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
@@ -229,6 +238,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let (mut ready_timeout, mut fail_fast) = (READY_TIMEOUT, false);
     let mut handshake_timeout = tls_reload::DEFAULT_HANDSHAKE_TIMEOUT;
     let mut recycle_after = None;
+    let mut metrics = None;
     let (mut client_ca, mut ca_overlap) = (None, Duration::ZERO);
     let timeout = |flag: &str, v: String| -> anyhow::Result<Duration> {
         let d = humantime::parse_duration(&v)
@@ -268,6 +278,12 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             "--k8s-secret" => secret = Some(namespaced("--k8s-secret", &value()?)?),
             "--k8s-shared" => shared = Some(namespaced("--k8s-shared", &value()?)?),
             "--lease" => lease = Some(value()?),
+            "--metrics" => {
+                let v = value()?;
+                metrics = Some(v.parse().with_context(|| {
+                    format!("--metrics {v}: not an address like 127.0.0.1:9090")
+                })?);
+            }
             "--identity" => identity = Some(value()?),
             "--name" => {
                 self_signed.names.push(value()?);
@@ -403,6 +419,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         handshake_timeout,
         recycle_after,
         client_ca: client_ca.map(|path| (path, ca_overlap)),
+        metrics,
     }))
 }
 
@@ -459,6 +476,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // The application picks the crypto provider; the libraries only use it.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let shutdown = CancellationToken::new();
+    if let Some(addr) = args.metrics {
+        // Before any source runs, so that nothing recorded is lost.
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .with_context(|| format!("--metrics {addr}: cannot serve metrics"))?;
+        tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+    }
 
     let (source, trigger, leader) = source(&args).await?;
     let mut builder = Reloader::builder()

@@ -996,3 +996,73 @@ async fn k8s_shared_flags_are_checked() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// A plain-HTTP GET of `path` from `addr`: the body.
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// `--metrics ADDR`: Prometheus metrics a scrape reads, agreeing with the status JSON, and a
+/// rejected update counted by its reason.
+#[tokio::test]
+async fn metrics_are_served_for_prometheus() {
+    let metrics_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let ca = TestCa::new("serve metrics");
+    let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("tls")).unwrap();
+    write(&kube, &a);
+    let serve = Serve::start(&[
+        "--cert-dir",
+        kube.path().to_str().unwrap(),
+        "--metrics",
+        &metrics_addr.to_string(),
+    ])
+    .await;
+    let status = serve.status().await;
+    let not_after = humantime::parse_rfc3339(status["not_after"].as_str().unwrap()).unwrap();
+    let unix = not_after
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let text = http_get(metrics_addr, "/metrics").await;
+    let expiry = text
+        .lines()
+        .find(|l| l.starts_with("tls_certificate_expiration_timestamp_seconds{"))
+        .unwrap_or_else(|| panic!("no expiry gauge in:\n{text}"));
+    assert!(expiry.contains("route=\"\""), "{expiry}");
+    assert!(expiry.contains("source=\"files:"), "{expiry}");
+    assert!(expiry.ends_with(&format!(" {unix}")), "{expiry} is {unix}");
+    assert!(text.contains("tls_reload_ready 1"), "{text}");
+    assert!(
+        text.contains("tls_reload_installs_total{route=\"\"} 1"),
+        "{text}"
+    );
+    // A mismatched pair is refused, and counted.
+    write(&kube, &a.with_key_of(&b));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let text = http_get(metrics_addr, "/metrics").await;
+        if text.contains("tls_reload_rejections_total{route=\"\",reason=\"key_mismatch\"} 1") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(serve.status().await["fingerprint_sha256"], a.fingerprint);
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}

@@ -191,7 +191,10 @@ impl LeaseLock {
             }
             self.publish_leading(&tx, &election, leading_now);
         }
-        tx.send_modify(|l| l.leading = false);
+        tx.send_modify(|l| {
+            l.leading = false;
+            crate::metrics::leadership(&self.name, l);
+        });
     }
 
     fn publish(&self, tx: &watch::Sender<Leadership>, election: &Election) {
@@ -215,6 +218,7 @@ impl LeaseLock {
                 if now.leading != l.leading {
                     tracing::info!(lease = %self.name, identity = %self.identity, round = now.round, leading = now.leading, "leadership changed");
                 }
+                crate::metrics::leadership(&self.name, &now);
                 *l = now;
                 true
             }

@@ -143,9 +143,21 @@
 //!
 //! The whole manifest (namespace, service account, both Roles, the binding) is
 //! `deploy/shared.yaml` in the repository.
+//!
+//! # Metrics
+//! With the `metrics` feature, on the `metrics` facade (nothing is recorded until the
+//! application installs a recorder; `tls-reload`'s feature of the same name documents the
+//! certificate metrics):
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `tls_lease_leading` | gauge | `lease` | 1 while this replica leads, else 0 |
+//! | `tls_lease_round` | gauge | `lease` | the round (`leaseTransitions`) this replica last saw |
+//! | `tls_shared_writes_total` | counter | `secret`, `outcome` | fenced writes of the shared store, `accepted` or `refused` |
 
 mod fenced;
 mod lease;
+mod metrics;
 mod secret;
 mod secrets;
 #[cfg(feature = "self-signed")]

@@ -645,6 +645,7 @@ impl Writer {
         }
         match secret.write_with(fence, Some(&data), &annotations).await? {
             Written::Accepted { .. } => {
+                crate::metrics::fenced_write(&secret.id(), true);
                 self.stats.send_modify(|s| {
                     s.accepted += 1;
                     s.round = Some(fence.round);
@@ -653,6 +654,7 @@ impl Writer {
                 Ok(())
             }
             Written::Refused { stored } => {
+                crate::metrics::fenced_write(&secret.id(), false);
                 self.stats.send_modify(|s| s.refused += 1);
                 Err(Step::Refused(stored))
             }

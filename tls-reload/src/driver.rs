@@ -221,6 +221,7 @@ impl Driver {
         cancel: CancellationToken,
         gone: CancellationToken,
     ) -> Ended {
+        crate::metrics::describe();
         let ended = loop {
             tokio::select! {
                 biased;

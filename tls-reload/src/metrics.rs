@@ -35,6 +35,45 @@ fn seconds(t: SystemTime) -> f64 {
     }
 }
 
+/// Describes the metrics to the recorder (its `# HELP` lines), once per process.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            use metrics::{Unit, describe_counter, describe_gauge};
+            describe_gauge!(
+                "tls_certificate_expiration_timestamp_seconds",
+                Unit::Seconds,
+                "When the served certificate expires (notAfter), in Unix seconds"
+            );
+            describe_gauge!(
+                "tls_certificate_not_before_timestamp_seconds",
+                Unit::Seconds,
+                "When the served certificate became valid (notBefore), in Unix seconds"
+            );
+            describe_counter!("tls_reload_installs_total", "Certificates installed");
+            describe_counter!(
+                "tls_reload_rejections_total",
+                "Inputs refused (the last good certificate kept serving), by reason"
+            );
+            describe_counter!(
+                "tls_source_errors_total",
+                "Errors the certificate source reported"
+            );
+            describe_gauge!(
+                "tls_reload_last_success_timestamp_seconds",
+                Unit::Seconds,
+                "When a good certificate was last installed or confirmed, in Unix seconds"
+            );
+            describe_gauge!(
+                "tls_reload_ready",
+                "1 once every certificate that must be served is installed"
+            );
+        });
+    }
+}
+
 /// A certificate was installed for `route` (`None`: the default).
 pub(crate) fn installed(route: Option<&str>, info: &CertInfo) {
     #[cfg(feature = "metrics")]
