@@ -1,0 +1,297 @@
+//! A property test: random sequences of what happens to certificate files (kubelet swaps,
+//! in-place writes whole or in chunks, truncation, deletion, rename, the directory removed and
+//! laid out again, garbage, a mismatched pair, an expired certificate) against a running
+//! `FileSource` and reloader, with a real handshake after every step:
+//!
+//! - no handshake fails, and each is served one of the valid certificates written so far, with
+//!   its whole chain (leaf and intermediate): never a mismatched pair (the client checks the
+//!   handshake signature against the leaf), never a partial chain, never bad input;
+//! - once the writes stop, if what is left on disk is a valid pair, it is served (a pair that
+//!   was on disk only for the moment before garbage replaced it may never be read; what is
+//!   served is then still one of the valid pairs written).
+//!
+//! Each case is a few hundred milliseconds. `TLS_ROTATION_PROPTEST_CASES` sets how many (default
+//! 24); a failing case shrinks to a short, readable sequence of `Op`s.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tls_reload::Reloader;
+use tls_source::FileSource;
+use tls_test::{KubeDir, TestCa, TestCert, TestServer};
+
+/// How many valid pairs the operations pick from.
+const PAIRS: usize = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// The kubelet's swap of a whole valid pair.
+    Kubelet(usize),
+    /// Both files overwritten in place, certificate then key.
+    InPlace(usize),
+    /// The same, each file written in chunks of this many bytes with short pauses.
+    InPlaceChunks(usize, usize),
+    /// The certificate file truncated to nothing.
+    Truncate,
+    /// Both visible files deleted.
+    Delete,
+    /// A valid pair renamed over both files (as `mv`: plain files replace the links).
+    Rename(usize),
+    /// The directory removed, then laid out again by the kubelet with a valid pair.
+    Recreate(usize),
+    /// Garbage in both files, by a kubelet swap.
+    Garbage,
+    /// The certificate of one pair with the key of another, by a kubelet swap.
+    Mismatched(usize, usize),
+    /// An expired pair, by a kubelet swap.
+    Expired,
+}
+
+impl Op {
+    /// The pair this operation leaves valid on disk, if it writes one (anything else leaves
+    /// the files invalid).
+    fn writes_valid(&self) -> Option<usize> {
+        match self {
+            Self::Kubelet(i)
+            | Self::InPlace(i)
+            | Self::InPlaceChunks(i, _)
+            | Self::Rename(i)
+            | Self::Recreate(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let pair = 0..PAIRS;
+    prop_oneof![
+        3 => pair.clone().prop_map(Op::Kubelet),
+        2 => pair.clone().prop_map(Op::InPlace),
+        2 => (pair.clone(), 64usize..400).prop_map(|(i, c)| Op::InPlaceChunks(i, c)),
+        1 => Just(Op::Truncate),
+        1 => Just(Op::Delete),
+        1 => pair.clone().prop_map(Op::Rename),
+        1 => pair.clone().prop_map(Op::Recreate),
+        1 => Just(Op::Garbage),
+        1 => (pair.clone(), pair).prop_map(|(a, b)| Op::Mismatched(a, b)),
+        1 => Just(Op::Expired),
+    ]
+}
+
+struct World {
+    kube: KubeDir,
+    pairs: Vec<TestCert>,
+    other: TestCert,
+    expired: TestCert,
+}
+
+impl World {
+    fn kubelet(&self, cert: &[u8], key: &[u8]) {
+        // The kubelet owns its directory: visible names are its links again.
+        for name in ["tls.crt", "tls.key"] {
+            let path = self.kube.file(name);
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_symlink()) {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        self.kube
+            .write(&[("tls.crt", cert), ("tls.key", key)])
+            .unwrap();
+    }
+
+    fn in_place(path: &Path, content: &[u8], chunk: Option<usize>) {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
+        match chunk {
+            None => file.write_all(content).unwrap(),
+            Some(size) => {
+                for part in content.chunks(size) {
+                    file.write_all(part).unwrap();
+                    file.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            }
+        }
+    }
+
+    fn apply(&self, op: &Op) {
+        let pem = |i: usize| {
+            (
+                self.pairs[i].chain_pem.as_bytes(),
+                self.pairs[i].key_pem.as_bytes(),
+            )
+        };
+        match op {
+            Op::Kubelet(i) => {
+                let (cert, key) = pem(*i);
+                self.kubelet(cert, key);
+            }
+            Op::InPlace(i) | Op::InPlaceChunks(i, _) => {
+                let chunk = match op {
+                    Op::InPlaceChunks(_, size) => Some(*size),
+                    _ => None,
+                };
+                let (cert, key) = pem(*i);
+                Self::in_place(&self.kube.file("tls.crt"), cert, chunk);
+                Self::in_place(&self.kube.file("tls.key"), key, chunk);
+            }
+            Op::Truncate => {
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(self.kube.file("tls.crt"));
+            }
+            Op::Delete => {
+                for name in ["tls.crt", "tls.key"] {
+                    let _ = std::fs::remove_file(self.kube.file(name));
+                }
+            }
+            Op::Rename(i) => {
+                let (cert, key) = pem(*i);
+                tls_test::replace_by_rename(&self.kube.file("tls.crt"), cert).unwrap();
+                tls_test::replace_by_rename(&self.kube.file("tls.key"), key).unwrap();
+            }
+            Op::Recreate(i) => {
+                std::fs::remove_dir_all(self.kube.path()).unwrap();
+                let (cert, key) = pem(*i);
+                KubeDir::new(self.kube.path())
+                    .unwrap()
+                    .write(&[("tls.crt", cert), ("tls.key", key)])
+                    .unwrap();
+            }
+            Op::Garbage => self.kubelet(b"-----BEGIN CERTIFICATE-----\ngarbage", b"junk"),
+            Op::Mismatched(a, b) => {
+                let b = if a == b { &self.other } else { &self.pairs[*b] };
+                self.kubelet(
+                    self.pairs[*a].chain_pem.as_bytes(),
+                    b.key_pem.as_bytes(),
+                );
+            }
+            Op::Expired => self.kubelet(
+                self.expired.chain_pem.as_bytes(),
+                self.expired.key_pem.as_bytes(),
+            ),
+        }
+    }
+}
+
+/// Runs `ops`; an `Err` says which step broke which promise.
+async fn run(ops: &[Op], ca: &TestCa) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let world = World {
+        kube: KubeDir::new(dir.path().join("tls")).unwrap(),
+        pairs: (0..PAIRS).map(|_| ca.leaf(&["localhost"])).collect(),
+        other: ca.leaf(&["localhost"]),
+        expired: ca.expired_leaf(&["localhost"]),
+    };
+    world.apply(&Op::Kubelet(0));
+    let source = FileSource::builder(world.kube.file("tls.crt"), world.kube.file("tls.key"))
+        .poll_interval(Duration::from_millis(200))
+        .build();
+    let reloader = Reloader::builder()
+        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .spawn(source)
+        .unwrap();
+    reloader.ready_timeout(tls_test::PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    let chains: Vec<Vec<String>> = world
+        .pairs
+        .iter()
+        .map(|p| {
+            tls_source::Decoder::new()
+                .certificates("chain", p.chain_pem.as_bytes())
+                .unwrap()
+                .iter()
+                .map(|c| tls_test::fingerprint(c))
+                .collect()
+        })
+        .collect();
+    let mut written = vec![0];
+    let mut on_disk = Some(0);
+    let check = |step: &str, served: tls_test::Served, written: &[usize]| {
+        let chain: Vec<String> = served.chain.iter().map(|c| tls_test::fingerprint(c)).collect();
+        match chains.iter().position(|c| *c == chain) {
+            Some(i) if written.contains(&i) => Ok(()),
+            Some(i) => Err(format!("{step}: served pair {i}, never written")),
+            None => Err(format!(
+                "{step}: served a chain of {} that is no valid pair's whole chain",
+                chain.len()
+            )),
+        }
+    };
+    for (n, op) in ops.iter().enumerate() {
+        world.apply(op);
+        on_disk = op.writes_valid();
+        written.extend(on_disk);
+        let step = format!("after step {n} ({op:?})");
+        let served = tls_test::probe(server.addr(), "localhost")
+            .await
+            .map_err(|e| format!("{step}: the handshake failed: {e}"))?;
+        check(&step, served, &written)?;
+    }
+    // Converges to the valid pair left on disk, if any (after the in-place quiet period, or
+    // the poll); else keeps serving one written before.
+    let Some(last_valid) = on_disk else {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let served = tls_test::probe(server.addr(), "localhost")
+            .await
+            .map_err(|e| format!("at the end: the handshake failed: {e}"))?;
+        return check("at the end, invalid files left", served, &written);
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let served = tls_test::probe(server.addr(), "localhost")
+            .await
+            .map_err(|e| format!("at the end: the handshake failed: {e}"))?;
+        let fingerprint = served.fingerprint.clone();
+        check("at the end", served, &written)?;
+        if fingerprint == world.pairs[last_valid].fingerprint {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "did not converge to pair {last_valid}, the valid pair left on disk"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("TLS_ROTATION_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(24)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn any_sequence_of_file_operations_serves_only_valid_pairs_and_converges(
+        ops in proptest::collection::vec(op(), 1..10)
+    ) {
+        let ca = TestCa::new("properties").intermediate("properties intermediate");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(run(&ops, &ca));
+        prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+    }
+}
