@@ -171,10 +171,7 @@ impl World {
             Op::Garbage => self.kubelet(b"-----BEGIN CERTIFICATE-----\ngarbage", b"junk"),
             Op::Mismatched(a, b) => {
                 let b = if a == b { &self.other } else { &self.pairs[*b] };
-                self.kubelet(
-                    self.pairs[*a].chain_pem.as_bytes(),
-                    b.key_pem.as_bytes(),
-                );
+                self.kubelet(self.pairs[*a].chain_pem.as_bytes(), b.key_pem.as_bytes());
             }
             Op::Expired => self.kubelet(
                 self.expired.chain_pem.as_bytes(),
@@ -218,7 +215,11 @@ async fn run(ops: &[Op], ca: &TestCa) -> Result<(), String> {
     let mut written = vec![0];
     let mut on_disk = Some(0);
     let check = |step: &str, served: tls_test::Served, written: &[usize]| {
-        let chain: Vec<String> = served.chain.iter().map(|c| tls_test::fingerprint(c)).collect();
+        let chain: Vec<String> = served
+            .chain
+            .iter()
+            .map(|c| tls_test::fingerprint(c))
+            .collect();
         match chains.iter().position(|c| *c == chain) {
             Some(i) if written.contains(&i) => Ok(()),
             Some(i) => Err(format!("{step}: served pair {i}, never written")),
