@@ -264,3 +264,36 @@ fn forbidden(err: &kube::runtime::watcher::Error) -> Option<String> {
     };
     status.filter(|s| s.code == 403).map(|s| s.message.clone())
 }
+
+/// Entry points for the fuzz targets (`fuzz/` in the repository): the parsers that read what
+/// other processes wrote into the API. Not a public API: behind the `fuzzing` feature, and
+/// free to change.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes `json` as a Secret the way [`SecretSource`](crate::SecretSource) does (base64
+    /// values, the three keys, the PEM/DER bundle), ignoring the outcome.
+    pub fn secret(json: &[u8]) {
+        let Ok(secret) = serde_json::from_slice::<kube::api::DynamicObject>(json) else {
+            return;
+        };
+        let _ = crate::secret::read(
+            &secret,
+            &crate::secret::Keys::default(),
+            &tls_source::Decoder::new(),
+        );
+    }
+
+    /// Reads a Secret's fence (`tls-rotation.io/round` and `holder`) as a writer does.
+    pub fn fence(json: &[u8]) -> Option<crate::Fence> {
+        let secret = serde_json::from_slice::<kube::api::DynamicObject>(json).ok()?;
+        crate::fenced::stored_fence(&secret)
+    }
+
+    /// Reads a shared store's CA Secret (its data and the `switch-after` annotation) as the
+    /// writer does.
+    #[cfg(feature = "self-signed")]
+    pub fn ca_secret(data: &[(String, Vec<u8>)], switch_after: Option<&str>) {
+        crate::shared::fuzz_ca_state(data, switch_after);
+    }
+}

@@ -776,6 +776,30 @@ impl CaState {
     }
 }
 
+/// For the fuzz target: reads a CA Secret's content as the writer does.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_ca_state(data: &[(String, Vec<u8>)], switch_after: Option<&str>) {
+    let stored = Stored {
+        fence: None,
+        data: data.iter().cloned().collect(),
+        annotations: switch_after
+            .map(|t| BTreeMap::from([(SWITCH_AFTER_ANNOTATION.to_owned(), t.to_owned())]))
+            .unwrap_or_default(),
+    };
+    static GENERATOR: std::sync::OnceLock<SelfSigned> = std::sync::OnceLock::new();
+    let generator = GENERATOR.get_or_init(|| {
+        SelfSigned::builder()
+            .dns_name("fuzz")
+            .ca()
+            .build()
+            .expect("a fixed configuration")
+    });
+    if let Ok(state) = CaState::read(&stored, generator) {
+        let _ = state.served();
+        let _ = state.write();
+    }
+}
+
 fn first_certificate(pem: &[u8]) -> Option<LeafInfo> {
     let chain = tls_source::Decoder::new()
         .certificates("certificate", pem)
