@@ -40,8 +40,8 @@
 //! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
 //!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
 //!   (default `0s`), and no session from before can be resumed after. The status JSON then has
-//!   `client_ca_fingerprints_sha256` and `client_fingerprint_sha256` (the certificate presented
-//!   on the request's connection).
+//!   `client_ca_fingerprints_sha256`, `client_fingerprint_sha256` (the certificate presented
+//!   on the request's connection) and `client_ca_error` (why the CA file was last refused).
 //! - `--recycle-after DURATION`: once a newer certificate is installed, connections at least that
 //!   old are closed gracefully (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), so keep-alive
 //!   clients pick it up; off by default.
@@ -824,6 +824,11 @@ async fn status_json(
             .map(|ca| ca.fingerprint_sha256.clone())
             .collect();
         json["client_fingerprint_sha256"] = client.0.into();
+        json["client_ca_error"] = status
+            .client_ca_error
+            .as_ref()
+            .map(ToString::to_string)
+            .into();
     }
     if let Some(leader) = &state.leader {
         let leader = leader.borrow().clone();

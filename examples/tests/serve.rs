@@ -637,6 +637,26 @@ async fn no_certificate_within_the_ready_timeout_fails_with_the_error() {
 }
 
 #[tokio::test]
+async fn a_missing_client_ca_file_is_named_when_the_ready_timeout_passes() {
+    let (code, stderr, _) = run_to_end(&[
+        "--client-ca",
+        "/nonexistent/clients.pem",
+        "--ready-timeout",
+        "500ms",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the certificate is installed, but no client CA is trusted after 500ms"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("/nonexistent/clients.pem"),
+        "names the file: {stderr}"
+    );
+}
+
+#[tokio::test]
 async fn fail_fast_stops_at_the_first_failed_read() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("tls.key");

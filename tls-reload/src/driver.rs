@@ -125,6 +125,8 @@ pub(crate) struct Driver {
     trust: Option<Trust>,
     trust_timer: Option<delay_queue::Key>,
     trust_dirty: bool,
+    /// Why the client-CA source's last input was not taken.
+    trust_error: Option<Arc<Error>>,
 }
 
 /// What the builder hands the driver.
@@ -209,6 +211,7 @@ impl Driver {
             trust,
             trust_timer: None,
             trust_dirty: false,
+            trust_error: None,
         };
         driver.finish_batch();
         (driver, Inputs(inputs))
@@ -534,6 +537,9 @@ impl Driver {
         });
         match checked {
             Ok(cas) => {
+                if self.trust_error.take().is_some() {
+                    self.trust_dirty = true;
+                }
                 let now = self.validator.clock().now();
                 if let Some(trust) = self.trust.as_mut() {
                     let next = trust.set(&cas, now);
@@ -543,6 +549,8 @@ impl Driver {
             }
             Err(reason) => {
                 tracing::warn!(error = %reason, "client CA source: keeping the trusted CAs");
+                self.trust_error = Some(Arc::new(Error::ClientCas { reason }));
+                self.trust_dirty = true;
             }
         }
     }
@@ -711,10 +719,12 @@ impl Driver {
         let trust = std::mem::take(&mut self.trust_dirty)
             .then(|| self.trust.as_ref().map(Trust::status))
             .flatten();
+        let trust_error = &self.trust_error;
         self.status.send_if_modified(|s| {
             let mut modified = s.ready != ready || !removed.is_empty() || trust.is_some();
             if let Some(trust) = trust {
                 s.client_cas = trust;
+                s.client_ca_error.clone_from(trust_error);
             }
             s.ready = ready;
             for label in &removed {

@@ -52,6 +52,14 @@ pub enum Error {
     #[error("no certificate source: give spawn a source, or add a route")]
     NoSources,
 
+    /// The client-CA source's input cannot be used (it could not be read, holds no CA
+    /// certificate, or one does not parse); the trusted CAs stay as they were.
+    #[error("client CAs: {reason}; keeping the trusted ones")]
+    ClientCas {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// The source reported a problem (a missing file, malformed PEM, a deleted Secret).
     #[error(transparent)]
     Source(#[from] tls_source::Error),
@@ -226,7 +234,7 @@ impl Error {
                 | tls_source::Error::Malformed { .. } => "parse",
                 _ => "source",
             },
-            Self::NoClientCa { .. } => "no_client_ca",
+            Self::NoClientCa { .. } | Self::ClientCas { .. } => "no_client_ca",
             Self::EmptyChain { .. } | Self::ChainOrder { .. } => "chain",
             Self::ChainTooLong { .. } | Self::ChainTooLarge { .. } => "too_large",
             Self::Purpose { .. } => "purpose",
@@ -258,6 +266,18 @@ pub enum NotReady {
         /// How long was waited.
         waited: Duration,
         /// The last rejection or source error, if any.
+        last_error: Option<Arc<Error>>,
+    },
+    /// With client authentication: the certificate is installed, but no client CA is trusted
+    /// yet when the time-out passed (every client would be refused).
+    #[error(
+        "the certificate is installed, but no client CA is trusted after {waited:?}: {}",
+        LastError(last_error.as_deref())
+    )]
+    NoTrustedClientCa {
+        /// How long was waited.
+        waited: Duration,
+        /// Why the client CAs were not taken, if known.
         last_error: Option<Arc<Error>>,
     },
     /// The reloader stopped (cancelled, its sources ended, it panicked) without installing

@@ -432,15 +432,28 @@ impl Reloader {
     /// Like [`ready`](Self::ready), giving up after `timeout`.
     ///
     /// # Errors
-    /// [`NotReady::TimedOut`] carrying the last error (why nothing was installed), or
+    /// [`NotReady::TimedOut`] carrying the last error (why nothing was installed),
+    /// [`NotReady::NoTrustedClientCa`] when only the client CAs are missing, or
     /// [`NotReady::Stopped`].
     pub async fn ready_timeout(&self, timeout: Duration) -> Result<(), NotReady> {
         match tokio::time::timeout(timeout, self.ready()).await {
             Ok(result) => result,
-            Err(_) => Err(NotReady::TimedOut {
-                waited: timeout,
-                last_error: first_error(&self.status.borrow()),
-            }),
+            Err(_) => {
+                let status = self.status.borrow();
+                let installed =
+                    status.current.is_some() || status.routes.values().any(|r| r.current.is_some());
+                Err(if self.tls_config.is_some() && installed {
+                    NotReady::NoTrustedClientCa {
+                        waited: timeout,
+                        last_error: status.client_ca_error.clone(),
+                    }
+                } else {
+                    NotReady::TimedOut {
+                        waited: timeout,
+                        last_error: first_error(&status),
+                    }
+                })
+            }
         }
     }
 
@@ -464,10 +477,11 @@ impl Reloader {
     }
 }
 
-/// The default route's error, else the first route's.
+/// The default route's error, else the first route's, else the client CAs'.
 fn first_error(status: &Status) -> Option<Arc<Error>> {
     status
         .last_error
         .clone()
         .or_else(|| status.routes.values().find_map(|r| r.last_error.clone()))
+        .or_else(|| status.client_ca_error.clone())
 }

@@ -48,6 +48,10 @@ pub struct Status {
     /// With [`ClientAuth`](crate::ClientAuth): the CAs client certificates may chain to now,
     /// each with the time it leaves (a CA no longer in the bundle, kept for the overlap).
     pub client_cas: Vec<TrustedCa>,
+    /// With a client-CA source of its own ([`ClientAuth::from_source`](crate::ClientAuth::from_source)):
+    /// why its last input was not taken (a missing file, no CA certificate in it); the
+    /// trusted CAs stay as they were. Cleared when a good one is.
+    pub client_ca_error: Option<Arc<Error>>,
 }
 
 /// A CA the server trusts for client certificates.

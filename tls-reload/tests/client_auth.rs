@@ -295,7 +295,21 @@ async fn a_trust_source_of_its_own_replaces_the_trusted_cas_and_bad_items_change
     ] {
         trust_tx.unbounded_send(bad).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(fingerprints(&server.reloader.status().borrow()), [fp(&a)]);
+        let status = tls_test::wait_for(server.reloader.status(), "the bad item reported", |s| {
+            s.client_ca_error.is_some()
+        })
+        .await;
+        let reported = status
+            .client_ca_error
+            .as_ref()
+            .expect("reported")
+            .to_string();
+        assert!(reported.starts_with("client CAs: "), "{reported}");
+        assert!(
+            reported.ends_with("; keeping the trusted ones"),
+            "{reported}"
+        );
+        assert_eq!(fingerprints(&status), [fp(&a)]);
         assert_eq!(
             attempt(server.addr, &client(&a.client_leaf("a"))).await,
             Ok(false)
@@ -307,6 +321,7 @@ async fn a_trust_source_of_its_own_replaces_the_trusted_cas_and_bad_items_change
     })
     .await;
     assert_eq!(fingerprints(&status), [fp(&b)]);
+    assert!(status.client_ca_error.is_none(), "cleared by a good one");
     assert!(
         attempt(server.addr, &client(&a.client_leaf("a")))
             .await
@@ -316,4 +331,42 @@ async fn a_trust_source_of_its_own_replaces_the_trusted_cas_and_bad_items_change
         attempt(server.addr, &client(&b.client_leaf("b"))).await,
         Ok(false)
     );
+}
+
+/// A client-CA source with nothing good to give: the certificate is installed, but the
+/// reloader is not ready, and the time-out says so (not "no certificate installed"), with the
+/// source's error; a good CA later makes it ready.
+#[tokio::test]
+async fn without_a_trusted_client_ca_the_time_out_says_so() {
+    let (server_ca, a) = (TestCa::new("server"), TestCa::new("A"));
+    let (trust_tx, trust_rx) = futures::channel::mpsc::unbounded();
+    trust_tx
+        .unbounded_send(Err(tls_source::Error::source(
+            "client-ca.pem",
+            "No such file or directory",
+        )))
+        .unwrap();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(common::bundle(&server_ca.leaf(&["localhost"]))))
+        .unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .client_auth(ClientAuth::from_source(trust_rx))
+        .spawn(rx)
+        .unwrap();
+    let err = reloader
+        .ready_timeout(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the certificate is installed, but no client CA is trusted after 300ms: last error: \
+         client CAs: client-ca.pem: No such file or directory; keeping the trusted ones"
+    );
+    trust_tx.unbounded_send(Ok(vec![a.cert_der()])).unwrap();
+    patiently("ready once a CA is trusted", reloader.ready())
+        .await
+        .unwrap();
+    assert!(reloader.status().borrow().client_ca_error.is_none());
+    drop(tx);
 }
