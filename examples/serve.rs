@@ -69,6 +69,7 @@ use anyhow::{Context as _, bail};
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
+use futures::StreamExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -592,12 +593,12 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
     let files = |builder: tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
-        Ok((source.boxed(), Some(trigger), None))
+        Ok((source.boxed_source(), Some(trigger), None))
     };
     match &args.certs {
         Certs::SelfSigned(options) => {
             let generator = generator(options)?;
-            Ok((generator.into_source().boxed(), None, None))
+            Ok((generator.into_source().boxed_source(), None, None))
         }
         Certs::Shared {
             namespace,
@@ -618,7 +619,7 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             }
             let shared = shared.start(&CancellationToken::new());
             let leader = shared.leadership();
-            Ok((shared.boxed(), None, Some(leader)))
+            Ok((shared.boxed_source(), None, Some(leader)))
         }
         Certs::Files { cert, key, ca } => {
             let builder = FileSource::builder(cert, key);
@@ -640,7 +641,7 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
         Certs::Secret { namespace, name } => {
             let source =
                 tls_k8s::SecretSource::builder(kube_client().await?, namespace, name).build();
-            Ok((source.boxed(), None, None))
+            Ok((source.boxed_source(), None, None))
         }
     }
 }
@@ -723,8 +724,6 @@ async fn serve(
     app: Router,
     shutdown: &CancellationToken,
 ) {
-    // Here only: its `boxed` would clash with `CertSourceExt::boxed` above.
-    use futures::StreamExt as _;
     let connections = tokio_util::task::TaskTracker::new();
     while let Some(Ok(tls)) = incoming.next().await {
         let (shutdown, peer) = (shutdown.clone(), tls.peer_addr());

@@ -156,7 +156,7 @@ impl ClientTlsBuilder {
             ..ClientStatus::default()
         });
         tokio::spawn(run(
-            CertSourceExt::boxed(source.dedup()),
+            source.dedup().boxed_source(),
             validator,
             Task {
                 identity: Arc::downgrade(&parts.identity),

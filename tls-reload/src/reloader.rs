@@ -148,7 +148,7 @@ impl Builder {
     where
         S: CertSource + 'static,
     {
-        self.named.push((name.into(), source.boxed()));
+        self.named.push((name.into(), source.boxed_source()));
         self
     }
 
@@ -220,7 +220,7 @@ impl Builder {
     where
         S: CertSource + 'static,
     {
-        self.make(Some(source.boxed()))
+        self.make(Some(source.boxed_source()))
     }
 
     /// Like [`spawn_routes`](Self::spawn_routes), but hands the task to the caller to run.

@@ -11,7 +11,7 @@
 //!   dropping it.
 //! - [`CertSourceExt`]: combinators: [`dedup`](CertSourceExt::dedup),
 //!   [`debounce`](CertSourceExt::debounce), [`fallback`](CertSourceExt::fallback),
-//!   [`boxed`](CertSourceExt::boxed).
+//!   [`boxed_source`](CertSourceExt::boxed_source).
 //! - [`Decoder`]: PEM (or DER) decoding with a size limit and errors that name the input.
 //! - [`FileSource`]: files, followed through Kubernetes-style `..data` symlink swaps, with a
 //!   notify fast path, a poll backstop and a manual [`Trigger`]; [`FileReader`] is its reading
@@ -128,8 +128,9 @@ pub trait CertSourceExt: CertSource {
         Fallback::new(self, secondary)
     }
 
-    /// Boxes the source, erasing its type.
-    fn boxed(self) -> BoxCertSource
+    /// Boxes the source, erasing its type. (Not `boxed`, which would clash with
+    /// `futures::StreamExt::boxed` wherever both traits are imported.)
+    fn boxed_source(self) -> BoxCertSource
     where
         Self: Sized + 'static,
     {
