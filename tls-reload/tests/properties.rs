@@ -1,6 +1,7 @@
 //! A property test: random sequences of what happens to certificate files (kubelet swaps,
-//! in-place writes whole or in chunks, truncation, deletion, rename, the directory removed and
-//! laid out again, garbage, a mismatched pair, an expired certificate) against a running
+//! in-place writes whole or in chunks, truncation, deletion, a chmod that makes the key
+//! unreadable, rename, the directory removed and laid out again, garbage, a mismatched pair,
+//! an expired certificate) against a running
 //! `FileSource` and reloader, with a real handshake after every step:
 //!
 //! - no handshake fails, and each is served one of the valid certificates written so far, with
@@ -39,6 +40,8 @@ enum Op {
     Truncate,
     /// Both visible files deleted.
     Delete,
+    /// The key file made unreadable (mode 000; root reads it anyway).
+    Chmod,
     /// A valid pair renamed over both files (as `mv`: plain files replace the links).
     Rename(usize),
     /// The directory removed, then laid out again by the kubelet with a valid pair.
@@ -74,6 +77,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (pair.clone(), 64usize..400).prop_map(|(i, c)| Op::InPlaceChunks(i, c)),
         1 => Just(Op::Truncate),
         1 => Just(Op::Delete),
+        1 => Just(Op::Chmod),
         1 => pair.clone().prop_map(Op::Rename),
         1 => pair.clone().prop_map(Op::Recreate),
         1 => Just(Op::Garbage),
@@ -105,6 +109,13 @@ impl World {
 
     fn in_place(path: &Path, content: &[u8], chunk: Option<usize>) {
         use std::io::Write as _;
+        // An operator writing in place first makes the file writable again (after a chmod).
+        if let Ok(meta) = std::fs::metadata(path) {
+            use std::os::unix::fs::PermissionsExt as _;
+            if meta.permissions().mode() & 0o600 != 0o600 {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            }
+        }
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -154,6 +165,13 @@ impl World {
                 for name in ["tls.crt", "tls.key"] {
                     let _ = std::fs::remove_file(self.kube.file(name));
                 }
+            }
+            Op::Chmod => {
+                use std::os::unix::fs::PermissionsExt as _;
+                let _ = std::fs::set_permissions(
+                    self.kube.file("tls.key"),
+                    std::fs::Permissions::from_mode(0o000),
+                );
             }
             Op::Rename(i) => {
                 let (cert, key) = pem(*i);
@@ -231,8 +249,12 @@ async fn run(ops: &[Op], ca: &TestCa) -> Result<(), String> {
     };
     for (n, op) in ops.iter().enumerate() {
         world.apply(op);
-        on_disk = op.writes_valid();
-        written.extend(on_disk);
+        on_disk = match op {
+            // Unreadable, unless this process reads it anyway (root): then nothing changed.
+            Op::Chmod if std::fs::read(world.kube.file("tls.key")).is_ok() => on_disk,
+            _ => op.writes_valid(),
+        };
+        written.extend(op.writes_valid());
         let step = format!("after step {n} ({op:?})");
         let served = tls_test::probe(server.addr(), "localhost")
             .await
