@@ -4,11 +4,15 @@
 //!   mismatched pair, deletion, dropped watches, compaction so resuming answers 410 Gone, API
 //!   server restarts with or without their state, 500s): no handshake fails, only certificates
 //!   written as valid are served, and a valid Secret left at the end is served.
+//! - Secrets by label selector (SNI routes) under random updates, garbage, deletes, label
+//!   changes, dropped watches, 410s and restarts: each name is served only its own valid
+//!   certificates or the default, and at the end a selected valid Secret is served for its
+//!   name and a name without one gets the default.
 //! - The shared store under random kills, pauses and partitions of its three replicas: the
 //!   stored round never goes backwards, no round is written by two holders, nothing is
 //!   regenerated while it fits, and once healed all three serve the Secret with one leader.
 //!
-//! `TLS_ROTATION_PROPTEST_CASES` sets the number of cases (default 12 and 3: a shared-store case
+//! `TLS_ROTATION_PROPTEST_CASES` sets the number of cases (default 12, 8 and 3: a shared-store case
 //! takes a few lease durations).
 
 mod common;
@@ -81,9 +85,14 @@ fn secret_op() -> impl Strategy<Value = SecretOp> {
 }
 
 fn put(api: &KubeApi, cert: &str, key: &str) {
+    put_named(api, "tls", cert, key);
+}
+
+/// Writes the Secret `default/name` (labels kept when it exists).
+fn put_named(api: &KubeApi, name: &str, cert: &str, key: &str) {
     api.put_secret(
         "default",
-        "tls",
+        name,
         &[("tls.crt", cert.as_bytes()), ("tls.key", key.as_bytes())],
     );
 }
@@ -185,6 +194,193 @@ proptest! {
         ops in proptest::collection::vec(secret_op(), 1..10)
     ) {
         let outcome = runtime().block_on(run_secret(&ops));
+        prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+    }
+}
+
+// ===== Secrets by label selector =====
+
+const HOSTS: [&str; 2] = ["a", "b"];
+
+#[derive(Debug, Clone)]
+enum KeyedOp {
+    /// Valid pair `k` of host `h` written to its Secret (labelled `app=web`).
+    Put(usize, usize),
+    /// Garbage in host `h`'s Secret.
+    Garbage(usize),
+    /// Host `h`'s Secret deleted.
+    Delete(usize),
+    /// Host `h`'s Secret loses its label (leaves the selection).
+    Unlabel(usize),
+    /// Host `h`'s Secret gets its label back.
+    Relabel(usize),
+    /// Every open watch ended.
+    CloseWatches,
+    /// The history forgotten (410 on resume).
+    Compact,
+    /// The API server restarted, keeping its objects or not.
+    Restart { keep: bool },
+}
+
+fn keyed_op() -> impl Strategy<Value = KeyedOp> {
+    let host = 0..HOSTS.len();
+    prop_oneof![
+        4 => (host.clone(), 0..2usize).prop_map(|(h, k)| KeyedOp::Put(h, k)),
+        1 => host.clone().prop_map(KeyedOp::Garbage),
+        1 => host.clone().prop_map(KeyedOp::Delete),
+        1 => host.clone().prop_map(KeyedOp::Unlabel),
+        1 => host.prop_map(KeyedOp::Relabel),
+        1 => Just(KeyedOp::CloseWatches),
+        1 => Just(KeyedOp::Compact),
+        1 => any::<bool>().prop_map(|keep| KeyedOp::Restart { keep }),
+    ]
+}
+
+/// What one host's Secret is, as the test wrote it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Host {
+    /// `None`: no Secret; `Some(None)`: garbage; `Some(Some(k))`: valid pair `k`.
+    data: Option<Option<usize>>,
+    labelled: bool,
+}
+
+async fn run_keyed(ops: &[KeyedOp]) -> Result<(), String> {
+    let ca = TestCa::new("keyed properties").intermediate("keyed properties intermediate");
+    let pairs: Vec<Vec<TestCert>> = HOSTS
+        .iter()
+        .map(|h| (0..2).map(|_| ca.leaf(&[&format!("{h}.test")])).collect())
+        .collect();
+    let default = ca.leaf(&["localhost"]);
+    let api = KubeApi::start().await;
+    let name = |h: usize| format!("web-{}", HOSTS[h]);
+    let (default_tx, default_rx) = futures::channel::mpsc::unbounded();
+    default_tx
+        .unbounded_send(Ok(tls_source::Decoder::new()
+            .bundle(
+                ("default.crt", default.chain_pem.as_bytes()),
+                ("default.key", default.key_pem.as_bytes()),
+                None,
+                tls_source::Origin::Other("default".into()),
+            )
+            .unwrap()))
+        .unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .routes(
+            tls_k8s::SecretsSource::builder(common::client(&api), "default")
+                .selector("app=web")
+                .build(),
+        )
+        .spawn(default_rx)
+        .unwrap();
+    reloader.ready_timeout(tls_test::PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    let mut hosts = [Host::default(); HOSTS.len()];
+    let mut written: Vec<HashSet<usize>> = vec![HashSet::new(); HOSTS.len()];
+    for (n, op) in ops.iter().enumerate() {
+        match *op {
+            KeyedOp::Put(h, k) => {
+                put_named(&api, &name(h), &pairs[h][k].chain_pem, &pairs[h][k].key_pem);
+                api.set_label("secrets", "default", &name(h), "app", "web");
+                hosts[h] = Host {
+                    data: Some(Some(k)),
+                    labelled: true,
+                };
+                written[h].insert(k);
+            }
+            KeyedOp::Garbage(h) => {
+                put_named(&api, &name(h), "garbage", "garbage");
+                hosts[h].data = Some(None);
+            }
+            KeyedOp::Delete(h) => {
+                api.delete("secrets", "default", &name(h));
+                hosts[h] = Host::default();
+            }
+            KeyedOp::Unlabel(h) => {
+                if hosts[h].data.is_some() {
+                    api.remove_label("secrets", "default", &name(h), "app");
+                    hosts[h].labelled = false;
+                }
+            }
+            KeyedOp::Relabel(h) => {
+                if hosts[h].data.is_some() {
+                    api.set_label("secrets", "default", &name(h), "app", "web");
+                    hosts[h].labelled = true;
+                }
+            }
+            KeyedOp::CloseWatches => api.close_watches(),
+            KeyedOp::Compact => api.compact(),
+            KeyedOp::Restart { keep } => {
+                api.restart(keep).await;
+                if !keep {
+                    hosts = [Host::default(); HOSTS.len()];
+                }
+            }
+        }
+        for (h, host) in HOSTS.iter().enumerate() {
+            let served = tls_test::probe(server.addr(), &format!("{host}.test"))
+                .await
+                .map_err(|e| {
+                    format!("after step {n} ({op:?}): {host}.test: the handshake failed: {e}")
+                })?;
+            let valid = written[h]
+                .iter()
+                .any(|k| pairs[h][*k].fingerprint == served.fingerprint);
+            if !valid && served.fingerprint != default.fingerprint {
+                return Err(format!(
+                    "after step {n} ({op:?}): {host}.test served a certificate never written for it"
+                ));
+            }
+        }
+    }
+    // At the end: a labelled, valid Secret is served for its name; a host without one (no
+    // Secret, or not selected) gets the default. (Garbage keeps whatever was served.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    for (h, host) in HOSTS.iter().enumerate() {
+        let want = match hosts[h] {
+            Host {
+                data: Some(Some(k)),
+                labelled: true,
+            } => &pairs[h][k].fingerprint,
+            Host { data: None, .. }
+            | Host {
+                labelled: false, ..
+            } => &default.fingerprint,
+            Host { .. } => continue,
+        };
+        loop {
+            let served = tls_test::served_as(server.addr(), &format!("{host}.test"))
+                .await
+                .ok();
+            if served.as_ref() == Some(want) {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "{host}.test: {:?} was not served at the end",
+                    hosts[h]
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    drop(default_tx);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(8),
+        max_shrink_iters: 32,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn secrets_by_selector_serve_only_their_valid_certificates_through_api_trouble(
+        ops in proptest::collection::vec(keyed_op(), 1..10)
+    ) {
+        let outcome = runtime().block_on(run_keyed(&ops));
         prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
     }
 }
