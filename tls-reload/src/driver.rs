@@ -265,11 +265,20 @@ impl Driver {
     /// Handles a batch in order; of several bundles for one route only the last is considered
     /// (latest wins), and anything newer for a route cancels its pending retry.
     fn handle(&mut self, batch: Vec<Input>) {
+        // Only new material supersedes: a later bundle (or removal) for the same route. A
+        // later error does not, or a good bundle followed at once by a report (a watch that
+        // fails right after delivering an update) would never be installed.
         let target = |input: &Input| match input {
-            Input::Route(id, _) => Some(Target::Route(*id)),
-            Input::Keyed(source, Ok(keyed)) => Some(Target::Key(*source, keyed.key.clone())),
-            Input::Keyed(_, Err(_)) => None,
-            Input::Trust(_) => Some(Target::Trust),
+            Input::Route(id, Ok(_)) => Some(Target::Route(*id)),
+            Input::Keyed(
+                source,
+                Ok(Keyed {
+                    key,
+                    update: KeyedUpdate::Put(_) | KeyedUpdate::Remove,
+                }),
+            ) => Some(Target::Key(*source, key.clone())),
+            Input::Trust(Ok(_)) => Some(Target::Trust),
+            _ => None,
         };
         let mut last = HashMap::new();
         for (i, input) in batch.iter().enumerate() {

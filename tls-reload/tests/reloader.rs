@@ -162,3 +162,40 @@ async fn nothing_is_served_before_the_first_certificate() {
     let served = tls_test::probe(server.addr(), "localhost").await.unwrap();
     assert_eq!(served.fingerprint, cert.fingerprint);
 }
+
+/// Found by the Kubernetes property test: a watch delivered an update and failed right after,
+/// and both reached the reload task in one batch. Only newer material supersedes a bundle: the
+/// error after it is recorded, the bundle installed (before the fix, the error superseded it
+/// and the update was never served).
+#[tokio::test]
+async fn a_bundle_followed_at_once_by_an_error_is_installed_and_the_error_reported() {
+    let ca = TestCa::new("batch");
+    let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    // One batch: a, then b (which supersedes a), then a report.
+    let items = vec![
+        Ok(bundle(&a)),
+        Ok(bundle(&b)),
+        Err(tls_source::Error::source("watch", "the watch failed")),
+    ];
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .spawn(stream::iter(items).chain(stream::pending()))
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.expect("b installed");
+    let status =
+        tls_test::wait_for(reloader.status(), "the report", |s| s.last_error.is_some()).await;
+    assert_eq!(
+        status.current.expect("installed").fingerprint_sha256,
+        b.fingerprint,
+        "the latest bundle, not the superseded one"
+    );
+    assert_eq!(status.generation, 1, "a was superseded, not installed");
+    assert!(
+        status
+            .last_error
+            .unwrap()
+            .to_string()
+            .contains("the watch failed"),
+        "the error after it is recorded"
+    );
+}
