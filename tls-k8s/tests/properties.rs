@@ -28,11 +28,22 @@ use tls_selfsigned::SelfSigned;
 use tls_test::{Endpoint, KubeApi, Link, TestCa, TestCert, TestServer};
 use tokio_util::sync::CancellationToken;
 
-fn cases(default: u32) -> u32 {
-    std::env::var("TLS_ROTATION_PROPTEST_CASES")
+/// `default` cases from a fixed seed (the same sequences in every run, so the default run is
+/// repeatable), or `TLS_ROTATION_PROPTEST_CASES` cases from a random seed.
+fn config(default: u32, max_shrink_iters: u32) -> ProptestConfig {
+    let asked = std::env::var("TLS_ROTATION_PROPTEST_CASES")
         .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default)
+        .and_then(|n| n.parse().ok());
+    ProptestConfig {
+        cases: asked.unwrap_or(default),
+        rng_seed: match asked {
+            Some(_) => proptest::test_runner::RngSeed::Random,
+            None => proptest::test_runner::RngSeed::Fixed(0x7157_2026),
+        },
+        max_shrink_iters,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -161,10 +172,10 @@ async fn run_secret(ops: &[SecretOp]) -> Result<(), String> {
         return Ok(());
     };
     // A valid Secret left at the end is served, through whatever the watch went through. kube's
-    // backoff doubles with each consecutive error (800 ms, 1.6 s, 3.2 s...), and a burst of
-    // 500s followed by the 410 of a compaction counts as one run of errors: the relist can
-    // come 12 s or more after the last step.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // backoff doubles, with jitter, with each consecutive error (800 ms, 1.6 s, 3.2 s...), and
+    // a burst of 500s followed by a 410 (after a compaction, or an API server that lost its
+    // state) counts as one run of errors: the relist can come a minute after the last step.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         if tls_test::served_as(server.addr(), "localhost")
             .await
@@ -182,12 +193,7 @@ async fn run_secret(ops: &[SecretOp]) -> Result<(), String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: cases(12),
-        max_shrink_iters: 32,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(config(12, 32))]
 
     #[test]
     fn the_secret_source_serves_only_valid_secrets_through_api_trouble(
@@ -369,12 +375,7 @@ async fn run_keyed(ops: &[KeyedOp]) -> Result<(), String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: cases(8),
-        max_shrink_iters: 32,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(config(8, 32))]
 
     #[test]
     fn secrets_by_selector_serve_only_their_valid_certificates_through_api_trouble(
@@ -574,12 +575,7 @@ async fn run_fleet(ops: &[FleetOp]) -> Result<(), String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: cases(3),
-        max_shrink_iters: 8,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(config(3, 8))]
 
     #[test]
     fn the_shared_store_keeps_one_writer_per_round_through_kills_pauses_and_partitions(
