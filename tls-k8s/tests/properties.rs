@@ -422,9 +422,7 @@ struct Replica {
 
 async fn replica(api: &KubeApi, id: &str) -> Replica {
     let endpoint = api.endpoint().await;
-    let mut config = kube::Config::new(endpoint.url().parse().unwrap());
-    config.default_namespace = "default".into();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = common::client_at(&endpoint.url());
     let generator = SelfSigned::builder()
         .dns_name("localhost")
         .ca()

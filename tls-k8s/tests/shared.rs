@@ -40,9 +40,7 @@ struct Replica {
 }
 
 fn client_of(endpoint: &Endpoint) -> kube::Client {
-    let mut config = kube::Config::new(endpoint.url().parse().expect("endpoint URL"));
-    config.default_namespace = "default".into();
-    kube::Client::try_from(config).expect("client")
+    common::client_at(&endpoint.url())
 }
 
 fn generator(names: &[&str], ca: bool) -> SelfSigned {

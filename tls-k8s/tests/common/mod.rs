@@ -11,7 +11,12 @@ use tls_test::{KubeApi, PATIENCE, TestCert, TestServer};
 
 /// A `kube::Client` for the emulator, through an ordinary `kube::Config`.
 pub fn client(api: &KubeApi) -> kube::Client {
-    let mut config = kube::Config::new(api.url().parse().expect("emulator URL"));
+    client_at(&api.url())
+}
+
+/// A `kube::Client` for `url`: the emulator, or one client's own endpoint of it.
+pub fn client_at(url: &str) -> kube::Client {
+    let mut config = kube::Config::new(url.parse().expect("emulator URL"));
     config.default_namespace = "default".into();
     kube::Client::try_from(config).expect("client")
 }
