@@ -537,9 +537,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
             leader,
         });
 
+    // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
+    // that will never rotate again: serving goes on until the server shuts down gracefully,
+    // then the process exits 1, so that an orchestrator restarts it.
+    let stopped_alone = tokio::spawn({
+        let (reloader, shutdown) = (reloader.clone(), shutdown.clone());
+        async move {
+            let ended = reloader.stopped().await;
+            (!shutdown.is_cancelled()).then(|| {
+                tracing::error!(%ended, "the certificate reloader stopped; shutting down so that the process is restarted");
+                shutdown.cancel();
+                ended
+            })
+        }
+    });
     println!("listening on https://{addr}");
     serve(incoming, app, &shutdown).await;
     reloader.stopped().await;
+    if let Ok(Some(ended)) = stopped_alone.await {
+        anyhow::bail!(
+            "the certificate reloader stopped ({ended}); exiting so that the process is restarted"
+        );
+    }
     Ok(())
 }
 
@@ -795,6 +814,7 @@ async fn status_json(
                 "origin": current.map(|c| c.origin.to_string()),
                 "expiring": route.expiring,
                 "expired": route.expired,
+                "stopped": route.stopped,
                 "last_error": route.last_error.as_ref().map(ToString::to_string),
             });
             (name.clone(), value)
@@ -813,6 +833,8 @@ async fn status_json(
         "generation": status.generation,
         "expiring": status.expiring,
         "expired": status.expired,
+        "stopped": status.stopped,
+        "running": status.running,
         "last_error": status.last_error.as_ref().map(ToString::to_string),
         "routes": routes,
     });
@@ -840,7 +862,11 @@ async fn status_json(
     Json(json)
 }
 
-/// RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`).
+/// RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`), for every date a certificate can
+/// carry: 1950 as well as 9999 (humantime's formatter panics before 1970).
 fn rfc3339(t: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    let t = time::OffsetDateTime::from(t);
+    let t = t.replace_nanosecond(0).unwrap_or(t);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| format!("{} s after the Unix epoch", t.unix_timestamp()))
 }

@@ -431,8 +431,11 @@ where
                 Poll::Ready(Some(Ok(Some(conn)))) => return Poll::Ready(Some(Ok(conn))),
                 // Failed (logged): room for the next one.
                 Poll::Ready(Some(Ok(None))) => {}
+                // A panic in one handshake (a resolver's, a verifier's, a `configure` hook's)
+                // drops that connection only; accepting goes on.
                 Poll::Ready(Some(Err(err))) if err.is_panic() => {
-                    std::panic::resume_unwind(err.into_panic())
+                    let message = crate::error::panic_message(err.into_panic().as_ref());
+                    tracing::error!(panic = %message, "a TLS handshake panicked; connection dropped, still accepting");
                 }
                 // Aborted: only on the way out.
                 Poll::Ready(Some(Err(_))) => {}
@@ -551,7 +554,11 @@ impl<IO> TlsConnection<IO> {
                     return std::future::pending().await;
                 }
             }
-            tokio::time::sleep_until(recycle.established + recycle.age).await;
+            // An age too large to add (`Duration::MAX`) never comes.
+            match recycle.established.checked_add(recycle.age) {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
         }
     }
 }

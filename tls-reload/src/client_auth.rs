@@ -92,7 +92,9 @@ impl ClientAuth {
         }
     }
 
-    /// How long a CA that left the bundle stays trusted. Default: none.
+    /// How long a CA that left the bundle stays trusted. Default: none. Any duration is taken:
+    /// one that would end after 9999-12-31T23:59:59Z ends there (`Duration::MAX`: kept for
+    /// good).
     pub fn overlap(mut self, overlap: Duration) -> Self {
         self.overlap = overlap;
         self
@@ -184,7 +186,8 @@ impl Trust {
                     changed = true;
                 }
                 (false, None) => {
-                    ca.leaves_at = Some(now + self.auth.overlap);
+                    // Saturating: `overlap(Duration::MAX)` keeps it until the year 9999.
+                    ca.leaves_at = Some(tls_source::clock::saturating_add(now, self.auth.overlap));
                     changed = true;
                 }
                 _ => {}

@@ -1,12 +1,13 @@
 //! The reload task: one driver for every route, fed by every source.
 
 use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt as _, StreamExt as _};
-use tls_source::clock::Validity;
+use tls_source::clock::{self, Validity};
 use tls_source::{
     BoxCertSource, BoxKeyedCertSource, CertBundle, CertSourceExt as _, Digest, Keyed, KeyedUpdate,
 };
@@ -17,7 +18,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use rustls::pki_types::CertificateDer;
 
 use crate::client_auth::{Trust, TrustItem};
-use crate::error::Rfc3339;
+use crate::error::{Rfc3339, panic_message};
 use crate::status::{Ended, RouteStatus};
 use crate::tls::{CertResolver, RouteName, Slot, Table};
 use crate::{Error, Status, Validated, Validator};
@@ -37,6 +38,11 @@ macro_rules! cert_event {
 
 /// The most items taken from the sources in one go before the latest wins.
 const MAX_BATCH: usize = 64;
+
+/// The longest a timer is armed for. tokio-util's `DelayQueue` takes deadlines up to about
+/// 795 days (2^36 ms) and panics past that; a certificate can be valid until 9999. A deadline
+/// further away is armed at this and armed again when reached, until it is due.
+const MAX_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A route's place in [`Driver::routes`].
 type RouteId = usize;
@@ -59,6 +65,16 @@ enum Input {
     Keyed(usize, Result<Keyed, tls_source::Error>),
     /// The client-CA trust source of its own.
     Trust(TrustItem),
+    /// A source panicked in `poll_next`; it has been dropped.
+    Panicked(Place, String),
+}
+
+/// Which source an input came from.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Route(RouteId),
+    Keyed(usize),
+    Trust,
 }
 
 /// What an input is about, for latest-wins within a batch: a route of a single source, or a
@@ -92,7 +108,8 @@ struct Route {
     /// The digest and names of the certificate installed.
     installed: Option<(Digest, Vec<RouteName>)>,
     status: RouteStatus,
-    retry: Option<(delay_queue::Key, CertBundle)>,
+    /// A not-yet-valid bundle, tried again at its `notBefore`.
+    retry: Option<(delay_queue::Key, CertBundle, SystemTime)>,
     expiring: Option<delay_queue::Key>,
     expired: Option<delay_queue::Key>,
 }
@@ -169,12 +186,9 @@ impl Driver {
                     expired: None,
                 }));
                 // Unchanged material is skipped once, here, for every route.
-                inputs.push(
-                    source
-                        .dedup()
-                        .map(move |item| Input::Route(id, item))
-                        .boxed(),
-                );
+                inputs.push(guarded(source.dedup(), Place::Route(id), move |item| {
+                    Input::Route(id, item)
+                }));
             };
         if let Some(source) = plan.default {
             add(Kind::Default, None, None, source);
@@ -188,11 +202,13 @@ impl Driver {
             );
         }
         for (index, source) in plan.keyed.into_iter().enumerate() {
-            inputs.push(source.map(move |item| Input::Keyed(index, item)).boxed());
+            inputs.push(guarded(source, Place::Keyed(index), move |item| {
+                Input::Keyed(index, item)
+            }));
         }
         let mut trust = plan.trust;
         if let Some(source) = trust.as_mut().and_then(Trust::take_source) {
-            inputs.push(source.map(Input::Trust).boxed());
+            inputs.push(guarded(source, Place::Trust, Input::Trust));
         }
         let statics = routes.len();
         let mut driver = Self {
@@ -305,6 +321,7 @@ impl Driver {
                 },
                 Input::Trust(item) if !superseded => self.trust_from_source(item),
                 Input::Trust(_) => {}
+                Input::Panicked(place, message) => self.source_panicked(place, &message),
                 Input::Keyed(source, Err(err)) => {
                     tracing::warn!(error = %err, "certificate source error; keeping the current certificates");
                     crate::metrics::source_error(None);
@@ -405,7 +422,46 @@ impl Driver {
             }
             return;
         }
-        let validated = match &route.kind {
+        let Some(route) = self.routes[id].as_ref() else {
+            return;
+        };
+        // Checking changes nothing, so a panic in it (a parser's, a user clock's) is contained
+        // here: the input is rejected and every route, timer and status stays as it was.
+        let checked = std::panic::catch_unwind(AssertUnwindSafe(|| self.check(route, &bundle)))
+            .unwrap_or_else(|panic| {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(route = route.label.as_deref().unwrap_or("default"), origin = %bundle.origin(), panic = %message, "checking a certificate panicked; rejected, keeping the current certificate");
+                Err(Error::Internal {
+                    route: route.label.clone().unwrap_or_else(|| "default".to_owned()),
+                    origin: bundle.origin().clone(),
+                    message,
+                })
+            });
+        match checked {
+            Ok(validated) => self.install(id, &validated),
+            Err(err) => {
+                if !matches!(err, Error::Internal { .. }) {
+                    tracing::warn!(error = %err, route = route.label.as_deref(), "certificate rejected; keeping the current certificate");
+                }
+                crate::metrics::rejected(route.label.as_deref(), err.reason());
+                if let Error::NotYetValid { not_before, .. } = &err {
+                    let not_before = *not_before;
+                    let key = self.arm(id, Timer::Retry, self.until(not_before));
+                    if let Some(route) = self.routes[id].as_mut() {
+                        route.retry = Some((key, bundle, not_before));
+                    }
+                }
+                self.record(id, Arc::new(err));
+            }
+        }
+    }
+
+    /// Whether `bundle` may be served on `route`: the validator, then the route kind's own
+    /// rules. Pure: it changes no state.
+    fn check(&self, route: &Route, bundle: &CertBundle) -> Result<Validated, Error> {
+        #[cfg(feature = "__test-hooks")]
+        crate::hooks::before_check(bundle);
+        match &route.kind {
             Kind::Default
                 if self.trust.as_ref().is_some_and(Trust::is_the_bundles)
                     && bundle.ca().is_empty() =>
@@ -414,9 +470,9 @@ impl Driver {
                     origin: bundle.origin().clone(),
                 })
             }
-            Kind::Default => self.validator.validate(&bundle),
-            Kind::Named(name) => self.validator.validate_for(&bundle, &name.to_string()),
-            Kind::Keyed => self.validator.validate(&bundle).and_then(|v| {
+            Kind::Default => self.validator.validate(bundle),
+            Kind::Named(name) => self.validator.validate_for(bundle, &name.to_string()),
+            Kind::Keyed => self.validator.validate(bundle).and_then(|v| {
                 if v.info().dns_names.is_empty() {
                     Err(Error::NoNames {
                         origin: bundle.origin().clone(),
@@ -425,21 +481,50 @@ impl Driver {
                     Ok(v)
                 }
             }),
-        };
-        match validated {
-            Ok(validated) => self.install(id, &validated),
-            Err(err) => {
-                tracing::warn!(error = %err, route = route.label.as_deref(), "certificate rejected; keeping the current certificate");
-                crate::metrics::rejected(route.label.as_deref(), err.reason());
-                if let Error::NotYetValid { not_before, .. } = &err {
-                    let wait = self.until(*not_before);
-                    let key = self.timers.insert((id, Timer::Retry), wait);
-                    if let Some(route) = self.routes[id].as_mut() {
-                        route.retry = Some((key, bundle));
-                    }
-                }
-                self.record(id, Arc::new(err));
+        }
+    }
+
+    /// A source panicked and was dropped: its routes keep their certificates, and say they
+    /// will not rotate.
+    fn source_panicked(&mut self, place: Place, message: &str) {
+        let ids: Vec<RouteId> = match place {
+            Place::Route(id) => vec![id],
+            Place::Keyed(source) => self
+                .keyed
+                .range((source, String::new())..(source + 1, String::new()))
+                .map(|(_, id)| *id)
+                .collect(),
+            Place::Trust => {
+                tracing::error!(panic = %message, "the client CA source panicked and was dropped; keeping the trusted CAs, which will not change again");
+                crate::metrics::rejected(None, "internal");
+                self.trust_error = Some(Arc::new(Error::SourcePanicked {
+                    route: "client CAs".to_owned(),
+                    message: message.to_owned(),
+                }));
+                self.trust_dirty = true;
+                return;
             }
+        };
+        if let Place::Keyed(source) = place {
+            tracing::error!(source, panic = %message, routes = ids.len(), "a keyed certificate source panicked and was dropped; its routes keep their certificates and will not rotate");
+        }
+        for id in ids {
+            self.cancel_timer(id, Timer::Retry);
+            let label = self.route_label(id).map(str::to_owned);
+            if let Place::Route(_) = place {
+                tracing::error!(route = label.as_deref().unwrap_or("default"), panic = %message, "a certificate source panicked and was dropped; the route keeps its certificate and will not rotate");
+            }
+            crate::metrics::rejected(label.as_deref(), "internal");
+            if let Some(route) = self.routes[id].as_mut() {
+                route.status.stopped = true;
+            }
+            self.record(
+                id,
+                Arc::new(Error::SourcePanicked {
+                    route: label.unwrap_or_else(|| "default".to_owned()),
+                    message: message.to_owned(),
+                }),
+            );
         }
     }
 
@@ -450,16 +535,12 @@ impl Driver {
         let window = self.validator.policy().expiry_warning_window();
         let info = validated.info().clone();
         let now = self.validator.clock().now();
-        let until_expiring = info
-            .not_after
-            .checked_sub(window)
-            .and_then(|at| at.duration_since(now).ok());
+        let until_expiring = expiring_at(&info, window).and_then(|at| at.duration_since(now).ok());
         let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
-        let expiring_key =
-            until_expiring.map(|wait| self.timers.insert((id, Timer::Expiring), wait));
+        let expiring_key = until_expiring.map(|wait| self.arm(id, Timer::Expiring, wait));
         let expired_key = (!expired).then(|| {
             let wait = self.until(info.not_after) + Duration::from_millis(1);
-            self.timers.insert((id, Timer::Expired), wait)
+            self.arm(id, Timer::Expired, wait)
         });
         let Some(route) = self.routes[id].as_mut() else {
             return;
@@ -573,7 +654,7 @@ impl Driver {
         match next {
             Ok(Some(at)) => {
                 let wait = self.until(at) + Duration::from_millis(1);
-                self.trust_timer = Some(self.timers.insert((id, Timer::TrustLeaves), wait));
+                self.trust_timer = Some(self.arm(id, Timer::TrustLeaves, wait));
             }
             Ok(None) => {}
             Err(err) => {
@@ -597,13 +678,36 @@ impl Driver {
         };
         match timer {
             Timer::Retry => {
-                if let Some((_, bundle)) = route.retry.take() {
-                    self.consider(id, bundle);
+                let Some((_, bundle, not_before)) = route.retry.take() else {
+                    return;
+                };
+                if self.validator.clock().now() < not_before {
+                    // Armed short of a far `notBefore` (MAX_TIMER), or ahead of the wall clock.
+                    let key = self.arm(id, Timer::Retry, self.until(not_before));
+                    if let Some(route) = self.routes[id].as_mut() {
+                        route.retry = Some((key, bundle, not_before));
+                    }
+                    return;
                 }
+                self.consider(id, bundle);
             }
             Timer::TrustLeaves => {}
             Timer::Expiring => {
                 route.expiring = None;
+                let window = self.validator.policy().expiry_warning_window();
+                let due = route
+                    .status
+                    .current
+                    .as_ref()
+                    .and_then(|info| expiring_at(info, window));
+                if let Some(due) = due.filter(|due| self.validator.clock().now() < *due) {
+                    // Armed short of a far deadline (MAX_TIMER): not due yet.
+                    let key = self.arm(id, Timer::Expiring, self.until(due));
+                    if let Some(route) = self.routes[id].as_mut() {
+                        route.expiring = Some(key);
+                    }
+                    return;
+                }
                 route.status.expiring = true;
                 if let Some(info) = &route.status.current {
                     cert_event!(
@@ -622,11 +726,10 @@ impl Driver {
                 };
                 let now = self.validator.clock().now();
                 if Validity::at(now, info.not_before, info.not_after) != Validity::Expired {
-                    // The timer ran ahead of the wall clock: look again shortly.
+                    // The timer ran ahead of the wall clock, or was armed short of a far
+                    // `notAfter` (MAX_TIMER): look again then.
                     let wait = self.until(info.not_after) + Duration::from_millis(1);
-                    let key = self
-                        .timers
-                        .insert((id, Timer::Expired), wait.max(Duration::from_millis(10)));
+                    let key = self.arm(id, Timer::Expired, wait.max(Duration::from_millis(10)));
                     if let Some(route) = self.routes[id].as_mut() {
                         route.expired = Some(key);
                     }
@@ -647,8 +750,13 @@ impl Driver {
 
     /// How long until `at` on the validator's clock (zero if past).
     fn until(&self, at: SystemTime) -> Duration {
-        at.duration_since(self.validator.clock().now())
-            .unwrap_or_default()
+        clock::until(self.validator.clock().now(), at)
+    }
+
+    /// Arms `timer` to fire in `wait`, or in [`MAX_TIMER`] if that is sooner: the handler of
+    /// every timer looks at the clock and arms it again when it is not due yet.
+    fn arm(&mut self, id: RouteId, timer: Timer, wait: Duration) -> delay_queue::Key {
+        self.timers.insert((id, timer), wait.min(MAX_TIMER))
     }
 
     fn cancel_timer(&mut self, id: RouteId, timer: Timer) {
@@ -656,7 +764,7 @@ impl Driver {
             return;
         };
         let key = match timer {
-            Timer::Retry => route.retry.take().map(|(key, _)| key),
+            Timer::Retry => route.retry.take().map(|(key, _, _)| key),
             Timer::Expiring => route.expiring.take(),
             Timer::Expired => route.expired.take(),
             Timer::TrustLeaves => self.trust_timer.take(),
@@ -754,4 +862,26 @@ impl Driver {
             modified
         });
     }
+}
+
+/// When the certificate enters the expiry-warning window `window`; `None` when it is in the
+/// window from the start (a window longer than the time since the epoch, say).
+fn expiring_at(info: &crate::CertInfo, window: Duration) -> Option<SystemTime> {
+    info.not_after.checked_sub(window)
+}
+
+/// A source's items as inputs, with a panic in its `poll_next` caught: the source is dropped
+/// and [`Input::Panicked`] says so, instead of the panic ending the reload task.
+fn guarded<S, F>(source: S, place: Place, tag: F) -> BoxStream<'static, Input>
+where
+    S: futures::Stream + Send + 'static,
+    F: Fn(S::Item) -> Input + Send + 'static,
+{
+    AssertUnwindSafe(source)
+        .catch_unwind()
+        .map(move |item| match item {
+            Ok(item) => tag(item),
+            Err(panic) => Input::Panicked(place, panic_message(panic.as_ref())),
+        })
+        .boxed()
 }

@@ -161,6 +161,35 @@ pub enum Error {
         not_after: SystemTime,
     },
 
+    /// Checking this input panicked (a bug: ours, a dependency's, or in a user's
+    /// [`Clock`](tls_source::Clock)). The input is rejected, the route keeps its current
+    /// certificate and takes the next input as usual. Reason `internal`. Needs
+    /// `panic = "unwind"` (the default): with `panic = "abort"` the process ends instead.
+    #[error("{origin} (route {route}): internal error while checking it, rejected: {message}")]
+    Internal {
+        /// The route it was for (`default` for the default route).
+        route: String,
+        /// Where the bundle came from.
+        origin: Origin,
+        /// The panic message.
+        message: String,
+    },
+
+    /// The route's certificate source panicked in `poll_next` and was dropped: the route keeps
+    /// serving its current certificate and will not rotate until the process restarts
+    /// ([`RouteStatus::stopped`](crate::RouteStatus::stopped) says so). Reason `internal`.
+    #[error(
+        "route {route}: its certificate source panicked and was dropped; serving the current \
+         certificate, no further rotation: {message}"
+    )]
+    SourcePanicked {
+        /// The route (`default` for the default route), a keyed source's routes, or
+        /// `client CAs` for a client-CA source.
+        route: String,
+        /// The panic message.
+        message: String,
+    },
+
     /// The leaf certificate is not a valid X.509 certificate.
     #[error("{origin}: the leaf certificate cannot be parsed: {reason}")]
     Parse {
@@ -216,6 +245,7 @@ impl Error {
     /// (too many certificates or bytes), `name` (a name not covered, no names to route by),
     /// `purpose` (extended key usage), `untrusted` (not verified by the configured roots),
     /// `no_client_ca`, `served_expired` (the served certificate expired with no replacement),
+    /// `internal` (checking the input, or its source, panicked),
     /// `source` (the source could not read: I/O, API errors), `config` (the final errors of
     /// `spawn`). New variants may add values; these keep their meaning.
     pub fn reason(&self) -> &'static str {
@@ -246,6 +276,7 @@ impl Error {
             Self::KeyMismatch { .. } => "key_mismatch",
             Self::Expired { .. } => "expired",
             Self::NotYetValid { .. } => "not_yet_valid",
+            Self::Internal { .. } | Self::SourcePanicked { .. } => "internal",
         }
     }
 
@@ -325,4 +356,13 @@ impl fmt::Display for Rfc3339 {
             Err(_) => write!(f, "{:?}", self.0),
         }
     }
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -119,6 +119,9 @@ mod client;
 mod client_auth;
 mod driver;
 mod error;
+#[cfg(feature = "__test-hooks")]
+#[doc(hidden)]
+pub mod hooks;
 mod metrics;
 mod policy;
 mod reloader;

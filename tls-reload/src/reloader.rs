@@ -277,12 +277,14 @@ impl Builder {
             let ended = match run.await {
                 Ok(ended) => ended,
                 Err(panic) => Ended::Panicked {
-                    message: panic_message(panic.as_ref()),
+                    message: crate::error::panic_message(panic.as_ref()),
                 },
             };
             match &ended {
                 Ended::Panicked { .. } => {
-                    tracing::error!(ended = %ended, "certificate reloader stopped; serving the current certificates");
+                    tracing::error!(ended = %ended, "certificate reloader stopped; serving the current certificates, but no rotation will be picked up: restart the process");
+                    // Not ready: what is served will never rotate again.
+                    crate::metrics::ready(false);
                 }
                 _ => tracing::info!(ended = %ended, "certificate reloader stopped; serving the current certificates"),
             }
@@ -304,14 +306,6 @@ impl Builder {
             ReloadTask { inner },
         ))
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 impl fmt::Debug for Builder {

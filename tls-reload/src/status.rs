@@ -33,6 +33,10 @@ pub struct Status {
     pub expiring: bool,
     /// Whether the served default certificate has expired.
     pub expired: bool,
+    /// Whether the default route's source panicked and was dropped: its certificate keeps
+    /// being served, and it will not rotate until the process restarts
+    /// ([`Error::SourcePanicked`] in [`last_error`](Self::last_error)).
+    pub stopped: bool,
     /// The SNI routes, by name (`api.example.com`, `*.example.com`) or, for a keyed source, by
     /// key (e.g. a Secret's `namespace/name`).
     pub routes: BTreeMap<String, RouteStatus>,
@@ -81,6 +85,10 @@ pub struct RouteStatus {
     pub expiring: bool,
     /// Whether the route's certificate has expired.
     pub expired: bool,
+    /// Whether the route's source panicked and was dropped: the route keeps serving its
+    /// certificate and will not rotate ([`Error::SourcePanicked`] in
+    /// [`last_error`](Self::last_error)).
+    pub stopped: bool,
 }
 
 /// How the reload task ended.
@@ -123,6 +131,7 @@ impl Status {
         self.last_error.clone_from(&route.last_error);
         self.expiring = route.expiring;
         self.expired = route.expired;
+        self.stopped = route.stopped;
     }
 }
 

@@ -1,7 +1,7 @@
 //! Where "now" comes from, and the one validity rule of the workspace.
 
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of wall-clock time. Everything in the workspace that judges a certificate's validity
 /// (the reload core's policy, the self-signed generator's renewal) asks a `Clock`, so that tests
@@ -52,6 +52,80 @@ impl Validity {
             Self::Expired
         } else {
             Self::Valid
+        }
+    }
+}
+
+/// 9999-12-31T23:59:59Z in seconds since the Unix epoch: RFC 5280's `notAfter` for "no
+/// well-defined expiration date", the latest time a certificate can carry.
+pub const LATEST_UNIX_SECONDS: u64 = 253_402_300_799;
+
+/// The latest time a certificate can carry, 9999-12-31T23:59:59Z ([`LATEST_UNIX_SECONDS`]).
+/// Times computed from outside input (a validity, an overlap) saturate here instead of
+/// overflowing.
+pub fn latest() -> SystemTime {
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(LATEST_UNIX_SECONDS))
+        // A platform whose SystemTime ends sooner: its own end, near enough.
+        .or_else(|| UNIX_EPOCH.checked_add(Duration::from_secs(i32::MAX as u64)))
+        .unwrap_or(UNIX_EPOCH)
+}
+
+/// `t + d`, or [`latest`] when that would be later (or not representable): for deadlines made
+/// from outside input, such as `ClientAuth::overlap(Duration::MAX)`, which must never panic.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tls_source::clock::{latest, saturating_add};
+///
+/// let now = SystemTime::now();
+/// assert_eq!(saturating_add(now, Duration::from_secs(1)), now + Duration::from_secs(1));
+/// assert_eq!(saturating_add(now, Duration::MAX), latest());
+/// ```
+pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
+    let latest = latest();
+    match t.checked_add(d) {
+        Some(sum) if sum <= latest => sum,
+        _ => latest.max(t),
+    }
+}
+
+/// How long from `now` until `at`: zero when `at` is not later. Never panics, whatever the
+/// dates (before 1970, year 9999).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tls_source::clock::until;
+///
+/// let now = SystemTime::now();
+/// assert_eq!(until(now, now + Duration::from_secs(5)), Duration::from_secs(5));
+/// assert_eq!(until(now, now - Duration::from_secs(5)), Duration::ZERO);
+/// ```
+pub fn until(now: SystemTime, at: SystemTime) -> Duration {
+    at.duration_since(now).unwrap_or_default()
+}
+
+/// Seconds since the Unix epoch, negative before 1970 (for status fields and metrics gauges).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tls_source::clock::unix_seconds;
+///
+/// let nineteen_fifty = SystemTime::UNIX_EPOCH - Duration::from_secs(631_152_000);
+/// assert_eq!(unix_seconds(nineteen_fifty), -631_152_000);
+/// ```
+pub fn unix_seconds(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        // Before the epoch: round towards the past, so 1969-12-31T23:59:59.5 is -1.
+        Err(e) => {
+            let d = e.duration();
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            if d.subsec_nanos() > 0 {
+                -secs.saturating_add(1)
+            } else {
+                -secs
+            }
         }
     }
 }

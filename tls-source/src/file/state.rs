@@ -169,7 +169,20 @@ impl Running {
                     }
                     None
                 }
-                Found::Panicked(panic) => std::panic::resume_unwind(panic),
+                // One read panicked (a bug): reported as that read's error; the next poll or
+                // event reads again, and the stream goes on.
+                Found::Panicked(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".to_owned());
+                    tracing::error!(cert = %self.reads.config.cert.display(), panic = %message, "reading the certificate files panicked; reading again at the next poll");
+                    Some(Err(crate::Error::source(
+                        format!("files {}", self.reads.config.cert.display()),
+                        format!("internal error: the read panicked: {message}"),
+                    )))
+                }
             },
             () = self.trigger.notified() => {
                 self.reads.spawn(true);
