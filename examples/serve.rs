@@ -587,9 +587,11 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
             .await
             .map(|s| s.clone())
             .unwrap_or_default();
-        match (status.ready, status.last_error) {
-            (false, Some(err)) => Err(anyhow::anyhow!("--fail-fast: {err}")),
-            _ => Ok(()),
+        // An error beside the first certificate counts too: a generator serving from memory
+        // because it cannot persist says so in the same breath.
+        match status.last_error {
+            Some(err) => Err(anyhow::anyhow!("--fail-fast: {err}")),
+            None => Ok(()),
         }
     };
     tokio::select! {

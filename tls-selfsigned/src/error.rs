@@ -47,6 +47,16 @@ pub enum Error {
     /// Key generation or signing failed.
     #[error("cannot generate a certificate: {0}")]
     Generate(#[source] rcgen::Error),
+    /// A persisted file could not be read (permissions, a directory where a file should be).
+    /// The source serves a certificate generated in memory meanwhile and tries again.
+    #[error("cannot read {}: {source}", path.display())]
+    PersistRead {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A persisted file could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Persist {

@@ -16,7 +16,7 @@ pub(crate) fn read(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, Error> {
     match fs::read(&path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::Persist { path, source }),
+        Err(source) => Err(Error::PersistRead { path, source }),
     }
 }
 
@@ -56,16 +56,41 @@ fn swap_in(dir: &Path, files: &[(&str, &str, u32)]) -> Result<(), Error> {
     let generation = format!("..{nanos}.{}", std::process::id());
     let gen_dir = dir.join(&generation);
     fs::create_dir(&gen_dir).map_err(err(&gen_dir))?;
-    for (name, content, mode) in files {
-        write_new(&gen_dir.join(name), content.as_bytes(), *mode)?;
-    }
-    sync_dir(&gen_dir);
+    let staged = files
+        .iter()
+        .try_for_each(|(name, content, mode)| {
+            write_new(&gen_dir.join(name), content.as_bytes(), *mode)
+        })
+        .and_then(|()| {
+            sync_dir(&gen_dir);
+            let tmp = dir.join("..data_tmp");
+            let _ = fs::remove_file(&tmp);
+            symlink(&generation, &tmp).map_err(err(&tmp))?;
+            Ok(tmp)
+        });
+    let tmp = match staged {
+        Ok(tmp) => tmp,
+        Err(e) => {
+            // Nothing is visible yet: no half-written generation (keys included) is left.
+            let _ = fs::remove_dir_all(&gen_dir);
+            return Err(e);
+        }
+    };
     let old = fs::read_link(dir.join("..data")).ok();
-    let tmp = dir.join("..data_tmp");
-    let _ = fs::remove_file(&tmp);
-    symlink(&generation, &tmp).map_err(err(&tmp))?;
     // The one atomic step.
-    fs::rename(&tmp, dir.join("..data")).map_err(err(&dir.join("..data")))?;
+    if let Err(e) = fs::rename(&tmp, dir.join("..data")) {
+        let _ = fs::remove_file(&tmp);
+        let _ = fs::remove_dir_all(&gen_dir);
+        return Err(Error::Persist {
+            path: dir.join("..data"),
+            source: e,
+        });
+    }
+    // The previous generation is unreachable now: removed at once, so a failure below (a
+    // directory where a link should be) leaves no stale copy of a key behind.
+    if let Some(old) = old.as_ref().filter(|old| *old != Path::new(&generation)) {
+        let _ = fs::remove_dir_all(dir.join(old));
+    }
     for (name, _, _) in files {
         let visible = dir.join(name);
         if fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -78,9 +103,6 @@ fn swap_in(dir: &Path, files: &[(&str, &str, u32)]) -> Result<(), Error> {
         fs::rename(&link, &visible).map_err(err(&visible))?;
     }
     sync_dir(dir);
-    if let Some(old) = old.filter(|old| old != Path::new(&generation)) {
-        let _ = fs::remove_dir_all(dir.join(old));
-    }
     Ok(())
 }
 

@@ -61,14 +61,24 @@ impl SelfSigned {
     ///   replaced. Every renewal is written there too.
     ///
     /// # Recovery
-    /// A failed generation or write is an `Err` item; the source tries again with backoff (1 s,
+    /// A failed generation is an `Err` item; the source tries again with backoff (1 s,
     /// doubling, at most 60 s). The reload core keeps the last good certificate meanwhile.
+    ///
+    /// A persistence directory that cannot be read or written (read-only, a directory where
+    /// `tls.crt` should be) does not stop serving: what is stored and still fits is served when
+    /// it can be read (the CA too, in CA mode), else a certificate generated in memory; the
+    /// error follows it as an `Err` item (the route's last error), and persisting is tried
+    /// again with the same backoff until it works. A stored CA that cannot be read is never
+    /// overwritten: until it can be read, the certificate served is signed by a CA held in
+    /// memory only.
     pub fn into_source(self) -> SelfSignedSource {
         let state = State {
             generator: self,
             queue: VecDeque::new(),
             renew_at: None,
             backoff: Duration::from_secs(1),
+            unpersisted: None,
+            persist_backoff: Duration::from_secs(1),
         };
         SelfSignedSource {
             inner: Box::pin(futures::stream::unfold(state, State::step)),
@@ -82,6 +92,19 @@ struct State {
     /// `None` before the first bundle.
     renew_at: Option<SystemTime>,
     backoff: Duration,
+    /// What is served but not stored yet, and when persisting is tried again.
+    unpersisted: Option<(Unpersisted, SystemTime)>,
+    persist_backoff: Duration,
+}
+
+/// Why what is served is not in the persistence directory.
+enum Unpersisted {
+    /// Writing it failed: write it again.
+    Write(Box<Generated>),
+    /// What is stored could not be read: read it again, and use it if it fits, or store what
+    /// is served if nothing is there; never overwrite what could not be read (a CA there may
+    /// be pinned by clients).
+    Read(Box<Generated>),
 }
 
 impl State {
@@ -90,9 +113,16 @@ impl State {
             if let Some(item) = self.queue.pop_front() {
                 return Some((item, self));
             }
-            let result = match self.renew_at {
-                None => self.start(),
-                Some(at) => {
+            let result = match (self.renew_at, &self.unpersisted) {
+                (None, _) => self.start(),
+                (Some(at), Some((_, retry))) if *retry < at => {
+                    wait_for_wall_clock(&*self.generator.clock, *retry).await;
+                    match self.persist_again() {
+                        Some(result) => result,
+                        None => continue,
+                    }
+                }
+                (Some(at), _) => {
                     wait_for_wall_clock(&*self.generator.clock, at).await;
                     self.renew()
                 }
@@ -121,7 +151,26 @@ impl State {
     }
 
     /// The first bundle: reused from the persistence directory when it fits, else generated.
+    /// What cannot be read is served from memory meanwhile (see [`SelfSigned::into_source`]).
     fn start(&mut self) -> Result<SystemTime, Error> {
+        match self.load() {
+            Err(err @ Error::PersistRead { .. }) => {
+                // Serve a certificate of our own (signed by the stored CA if that was read), and
+                // say why it is not the stored one.
+                let generated = self.generator.generate_leaf()?;
+                let not_after = generated.not_after;
+                self.queue.push_back(Ok(generated.bundle.clone()));
+                tracing::warn!(error = %err, "serving a self-signed certificate held in memory until the stored one can be read");
+                self.queue.push_back(Err(report(err)));
+                self.persist_later(Unpersisted::Read(Box::new(generated)));
+                Ok(not_after)
+            }
+            other => other,
+        }
+    }
+
+    /// Reuses what is stored when it fits, else generates and persists.
+    fn load(&mut self) -> Result<SystemTime, Error> {
         let Some(dir) = self.generator.persist_dir().map(Path::to_path_buf) else {
             return self.renew();
         };
@@ -236,13 +285,105 @@ impl State {
             .assemble(leaf, leaf_pem, &key, ca, parsed.not_after))
     }
 
-    /// Generates a new leaf, persists it, queues it; returns its expiry.
+    /// Generates a new leaf, queues it, persists it (or queues why not, and tries again
+    /// later); returns its expiry.
     fn renew(&mut self) -> Result<SystemTime, Error> {
         let generated = self.generator.generate_leaf()?;
-        self.generator.write_leaf(&generated)?;
         let not_after = generated.not_after;
-        self.queue.push_back(Ok(generated.bundle));
+        self.queue.push_back(Ok(generated.bundle.clone()));
+        if let Some((Unpersisted::Read(served), _)) = &mut self.unpersisted {
+            *served = Box::new(generated);
+            // What is stored could not be read: it is not overwritten (a CA there may be
+            // pinned by clients) until it can be.
+            return Ok(not_after);
+        }
+        match self.generator.write_leaf(&generated) {
+            Ok(()) => self.persisted(),
+            Err(err) => {
+                tracing::warn!(error = %err, "serving a self-signed certificate that could not be persisted; trying again");
+                self.queue.push_back(Err(report(err)));
+                self.persist_later(Unpersisted::Write(Box::new(generated)));
+            }
+        }
         Ok(not_after)
+    }
+
+    fn persist_later(&mut self, why: Unpersisted) {
+        let at =
+            tls_source::clock::saturating_add(self.generator.clock.now(), self.persist_backoff);
+        self.persist_backoff = (self.persist_backoff * 2).min(MAX_BACKOFF);
+        self.unpersisted = Some((why, at));
+    }
+
+    fn persisted(&mut self) {
+        if self.unpersisted.take().is_some() {
+            tracing::info!("the self-signed certificate is persisted again");
+        }
+        self.persist_backoff = Duration::from_secs(1);
+    }
+
+    /// Tries again what could not be persisted. `Some` when it made a new bundle (the stored
+    /// one, now readable, or a new one in its place): the result as for `start`.
+    fn persist_again(&mut self) -> Option<Result<SystemTime, Error>> {
+        let (why, _) = self.unpersisted.take()?;
+        self.persist_again_as(why)
+    }
+
+    /// Whether the persistence directory holds none of the files a generation writes.
+    fn stored_nothing(&self) -> Result<bool, Error> {
+        let Some(dir) = self.generator.persist_dir() else {
+            return Ok(false);
+        };
+        let names: &[&str] = if self.generator.is_ca_mode() {
+            &["tls.crt", "tls.key", "ca.crt", "ca.key"]
+        } else {
+            &["tls.crt", "tls.key"]
+        };
+        for name in names {
+            if persist::read(dir, name)?.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn persist_again_as(&mut self, why: Unpersisted) -> Option<Result<SystemTime, Error>> {
+        match why {
+            Unpersisted::Write(generated) => {
+                match self.generator.write_leaf(&generated) {
+                    Ok(()) => self.persisted(),
+                    Err(err) => {
+                        self.queue.push_back(Err(report(err)));
+                        self.persist_later(Unpersisted::Write(generated));
+                    }
+                }
+                None
+            }
+            Unpersisted::Read(served) => match self.stored_nothing() {
+                // Nothing there after all: store what is served.
+                Ok(true) => self.persist_again_as(Unpersisted::Write(served)),
+                // Something: use it if it fits (else it is replaced, as on a start).
+                Ok(false) => match self.load() {
+                    Ok(not_after) => {
+                        if self.unpersisted.is_none() {
+                            self.persisted();
+                        }
+                        Some(Ok(not_after))
+                    }
+                    Err(err @ Error::PersistRead { .. }) => {
+                        self.queue.push_back(Err(report(err)));
+                        self.persist_later(Unpersisted::Read(served));
+                        None
+                    }
+                    Err(err) => Some(Err(err)),
+                },
+                Err(err) => {
+                    self.queue.push_back(Err(report(err)));
+                    self.persist_later(Unpersisted::Read(served));
+                    None
+                }
+            },
+        }
     }
 }
 

@@ -269,3 +269,123 @@ async fn each_generation_is_one_atomic_swap_in_the_kubelet_layout() {
     let read = files.next().await.unwrap().unwrap();
     assert_eq!(read.chain()[0], second.chain()[0]);
 }
+
+/// The next item of `source`, at most [`PATIENCE`](tls_test::PATIENCE) away.
+async fn next(source: &mut tls_selfsigned::SelfSignedSource) -> Result<CertBundle, String> {
+    tokio::time::timeout(tls_test::PATIENCE, source.next())
+        .await
+        .expect("the source yields")
+        .expect("the source goes on")
+        .map_err(|e| e.to_string())
+}
+
+/// Polls `source` in the background (its retries run only while it is polled) until `file`
+/// exists; returns the file and what the source yielded meanwhile.
+async fn until_stored(
+    mut source: tls_selfsigned::SelfSignedSource,
+    file: &Path,
+) -> (Vec<u8>, Vec<Result<CertBundle, String>>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        while let Some(item) = source.next().await {
+            let _ = tx.send(item.map_err(|e| e.to_string()));
+        }
+    });
+    let stored = tokio::time::timeout(tls_test::PATIENCE, async {
+        loop {
+            if let Ok(stored) = fs::read(file) {
+                return stored;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("persisted once it can be");
+    task.abort();
+    let mut yielded = Vec::new();
+    while let Ok(item) = rx.try_recv() {
+        yielded.push(item);
+    }
+    (stored, yielded)
+}
+
+fn leaf_of(pem: &[u8]) -> rustls_pki_types::CertificateDer<'static> {
+    tls_source::Decoder::new()
+        .certificates("tls.crt", pem)
+        .unwrap()
+        .remove(0)
+}
+
+#[tokio::test]
+async fn a_directory_where_tls_crt_should_be_still_serves_and_recovers_when_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("tls.crt")).unwrap();
+    let generator = builder(dir.path(), &["localhost"]).ca().build().unwrap();
+    let mut source = generator.clone().into_source();
+
+    // Served at once; the reason follows, naming the file.
+    let served = next(&mut source).await.expect("a certificate to serve");
+    assert_eq!(generator.check_bundle(&served), Ok(()));
+    let err = next(&mut source).await.unwrap_err();
+    assert!(
+        err.contains("tls.crt") && err.contains("Is a directory"),
+        "{err}"
+    );
+
+    // It is tried again with backoff; once the directory is gone, what is served is stored.
+    fs::remove_dir(dir.path().join("tls.crt")).unwrap();
+    let (stored, yielded) = until_stored(source, &dir.path().join("tls.crt")).await;
+    assert_eq!(
+        leaf_of(&stored),
+        served.chain()[0],
+        "the served certificate, stored"
+    );
+    assert!(
+        yielded.iter().all(Result::is_err),
+        "nothing new generated: {yielded:?}"
+    );
+    // With its CA: a restart serves the same.
+    let (reports, again) = start(builder(dir.path(), &["localhost"]).ca().build().unwrap()).await;
+    assert!(reports.is_empty(), "{reports:?}");
+    assert_eq!(again.digest(), served.digest());
+}
+
+#[tokio::test]
+async fn a_directory_that_cannot_be_made_still_serves_and_persists_when_it_can() {
+    let parent = tempfile::tempdir().unwrap();
+    // Not writable, even for root: a file where a directory on the way should be.
+    let blocker = parent.path().join("blocker");
+    fs::write(&blocker, b"").unwrap();
+    let dir = blocker.join("tls");
+    let generator = builder(&dir, &["localhost"]).build().unwrap();
+    let mut source = generator.clone().into_source();
+
+    let served = next(&mut source).await.expect("a certificate to serve");
+    assert_eq!(generator.check_bundle(&served), Ok(()));
+    let err = next(&mut source).await.unwrap_err();
+    assert!(err.contains(&blocker.display().to_string()), "{err}");
+
+    fs::remove_file(&blocker).unwrap();
+    let (stored, yielded) = until_stored(source, &dir.join("tls.crt")).await;
+    assert_eq!(
+        leaf_of(&stored),
+        served.chain()[0],
+        "the served certificate, stored"
+    );
+    assert!(
+        yielded.iter().all(Result::is_err),
+        "nothing new generated: {yielded:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stored_pair_that_fits_is_served_from_a_directory_that_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, first) = start(builder(dir.path(), &["localhost"]).build().unwrap()).await;
+    // The directory becomes unusable for writing (a stale temporary name blocks the swap) but
+    // what is stored still reads and fits: it is served, with nothing to report.
+    fs::create_dir(dir.path().join("..data_tmp")).unwrap();
+    let (reports, again) = start(builder(dir.path(), &["localhost"]).build().unwrap()).await;
+    assert!(reports.is_empty(), "{reports:?}");
+    assert_eq!(again.digest(), first.digest());
+}
