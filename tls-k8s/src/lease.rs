@@ -147,7 +147,7 @@ impl LeaseLock {
                     .observed
                     .as_ref()
                     .filter(|o| o.holder.as_deref().is_some_and(|h| h != self.identity))
-                    .map_or(next_try, |o| (o.at + self.lease_duration).max(next_try))
+                    .map_or(next_try, |o| later(o.at, self.lease_duration).max(next_try))
             };
             tokio::select! {
                 () = token.cancelled() => break,
@@ -155,18 +155,25 @@ impl LeaseLock {
                 // Followers learn of renewals and take-overs from the watch, not by polling.
                 event = changes.next() => {
                     if let Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) = event {
+                        // Only our Lease: an API that ignores the field selector sends every
+                        // Lease of the namespace, and another application's must never drive
+                        // a take-over.
+                        if lease.metadata.name.as_deref() != Some(self.name.as_str()) {
+                            tracing::debug!(lease = %self.name, other = ?lease.metadata.name, "ignoring another Lease the API sent");
+                            continue;
+                        }
                         election.observe(&lease);
                         self.publish(&tx, &election);
                     }
                     continue;
                 }
             }
-            next_try = Instant::now() + self.retry_period;
+            next_try = later(Instant::now(), self.retry_period);
             // An attempt is bounded: a leader's by its renew deadline (a partition that hangs
             // its requests must not keep it "leading"), a follower's by one renew deadline.
             let budget = match election.last_renew {
                 Some(at) if leading => {
-                    (at + self.renew_deadline).saturating_duration_since(Instant::now())
+                    later(at, self.renew_deadline).saturating_duration_since(Instant::now())
                 }
                 _ => self.renew_deadline,
             };
@@ -400,4 +407,12 @@ impl Election {
 
 fn seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+/// `at + d`, or about thirty years from `at` when that cannot be represented: durations given
+/// to the builder (`Duration::MAX` included) never panic in instant arithmetic.
+fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(Duration::from_secs(30 * 365 * 86_400)))
+        .unwrap_or(at)
 }

@@ -160,6 +160,7 @@ mod lease;
 mod metrics;
 mod secret;
 mod secrets;
+mod selector;
 #[cfg(feature = "self-signed")]
 mod shared;
 

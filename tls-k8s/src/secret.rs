@@ -136,12 +136,16 @@ impl SecretSourceBuilder {
             decoder: self.decoder,
             last: None,
             present: None,
+            listed: false,
         };
-        // `watch_object`: the watcher with a field selector on the name, `None` when the
-        // Secret is deleted or missing from a (re)list.
-        let inner = watcher::watch_object(api, &self.name)
+        // The watcher with a field selector on the name; each object's namespace and name are
+        // checked again here (an API that ignores the selector sends the whole namespace), so
+        // the events are handled here rather than through `watch_object`, which turns another
+        // object's deletion into "deleted".
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let inner = watcher::watcher(api, config)
             .default_backoff()
-            .filter_map(move |event| futures::future::ready(state.handle(event)))
+            .filter_map(move |event| futures::future::ready(state.event(event)))
             .boxed();
         SecretSource {
             namespace: self.namespace,
@@ -200,6 +204,8 @@ struct State {
     /// Whether the Secret was there when last heard of: `None` before the first list, then
     /// whether it exists. Its absence is said once, as "deleted" once it had been seen.
     present: Option<bool>,
+    /// Whether the (re)list under way has held the Secret.
+    listed: bool,
 }
 
 pub(crate) type Item = Result<CertBundle, tls_source::Error>;
@@ -212,6 +218,43 @@ impl State {
     fn report(&mut self, err: Error) -> Option<Item> {
         self.last = None;
         Some(Err(tls_source::Error::source(self.origin(), err)))
+    }
+
+    /// Whether `object` is the Secret watched, not another one an API sent regardless.
+    fn is_ours(&self, object: &DynamicObject) -> bool {
+        let ours = object.metadata.name.as_deref() == Some(self.name.as_str())
+            && object.metadata.namespace.as_deref() == Some(self.namespace.as_str());
+        if !ours {
+            tracing::debug!(secret = %self.origin(), other = ?object.metadata.name, namespace = ?object.metadata.namespace, "ignoring another object the API sent (it did not apply the field selector)");
+        }
+        ours
+    }
+
+    fn event(
+        &mut self,
+        event: Result<watcher::Event<DynamicObject>, watcher::Error>,
+    ) -> Option<Item> {
+        use watcher::Event;
+        match event {
+            Ok(Event::Init) => {
+                self.listed = false;
+                None
+            }
+            Ok(Event::InitApply(object)) => {
+                if !self.is_ours(&object) {
+                    return None;
+                }
+                self.listed = true;
+                self.handle(Ok(Some(object)))
+            }
+            Ok(Event::InitDone) if self.listed => None,
+            // The (re)list did not hold it: missing, or deleted while the watch was down.
+            Ok(Event::InitDone) => self.handle(Ok(None)),
+            Ok(Event::Apply(object)) if self.is_ours(&object) => self.handle(Ok(Some(object))),
+            Ok(Event::Delete(object)) if self.is_ours(&object) => self.handle(Ok(None)),
+            Ok(Event::Apply(_) | Event::Delete(_)) => None,
+            Err(err) => self.handle(Err(err)),
+        }
     }
 
     fn handle(&mut self, event: Result<Option<DynamicObject>, watcher::Error>) -> Option<Item> {

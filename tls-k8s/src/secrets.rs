@@ -15,6 +15,7 @@ use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
 
 use crate::Error;
 use crate::secret::{Keys, api, read, secret_type};
+use crate::selector::Selector;
 
 /// The Secret type this source serves.
 const TLS_TYPE: &str = "kubernetes.io/tls";
@@ -113,17 +114,30 @@ impl SecretsSourceBuilder {
         if !self.selector.is_empty() {
             config = config.labels(&self.selector);
         }
+        // The selection is checked here too: an API that ignores the selector sends every
+        // Secret of the namespace. A selector that cannot be parsed selects nothing, and says
+        // why first.
+        let (selection, invalid) = match Selector::parse(&self.selector) {
+            Ok(selection) => (Some(selection), None),
+            Err(err) => (None, Some(err)),
+        };
+        let origin = origin(&self.namespace, &self.selector);
+        let invalid = invalid.map(|err| Err(tls_source::Error::source(origin, err)));
         let mut state = State {
             namespace: self.namespace.clone(),
+            selection,
             selector: self.selector.clone(),
             keys: self.keys,
             decoder: self.decoder,
             known: HashMap::new(),
             listed: HashSet::new(),
         };
-        let inner = watcher::watcher(api, config)
-            .default_backoff()
-            .flat_map(move |event| futures::stream::iter(state.handle(event)))
+        let inner = futures::stream::iter(invalid)
+            .chain(
+                watcher::watcher(api, config)
+                    .default_backoff()
+                    .flat_map(move |event| futures::stream::iter(state.handle(event))),
+            )
             .boxed();
         SecretsSource {
             namespace: self.namespace,
@@ -171,6 +185,8 @@ type Item = Result<Keyed, tls_source::Error>;
 
 struct State {
     namespace: String,
+    /// The selector, evaluated here too; `None` when it cannot be parsed (nothing selected).
+    selection: Option<Selector>,
     selector: String,
     keys: Keys,
     decoder: Decoder,
@@ -209,21 +225,23 @@ impl State {
             Err(err) => {
                 tracing::debug!(namespace = %self.namespace, selector = %self.selector, error = %err, "watch error; retrying with backoff");
                 let err = Error::from_selector_watcher(err, &self.namespace);
-                let origin = if self.selector.is_empty() {
-                    format!("TLS secrets in {}", self.namespace)
-                } else {
-                    format!(
-                        "TLS secrets in {} matching {}",
-                        self.namespace, self.selector
-                    )
-                };
+                let origin = origin(&self.namespace, &self.selector);
                 vec![Err(tls_source::Error::source(origin, err))]
             }
         }
     }
 
+    /// Whether the API sent an object of our namespace matching our selector (one that does
+    /// not apply selectors sends every Secret).
+    fn selects(&self, secret: &DynamicObject) -> bool {
+        let labels = secret.metadata.labels.clone().unwrap_or_default();
+        secret.metadata.namespace.as_deref() == Some(self.namespace.as_str())
+            && self.selection.as_ref().is_some_and(|s| s.matches(&labels))
+    }
+
     fn apply(&mut self, key: String, secret: &DynamicObject) -> Option<Item> {
-        if secret_type(secret) != Some(TLS_TYPE) {
+        if secret_type(secret) != Some(TLS_TYPE) || !self.selects(secret) {
+            // Not (or no longer) ours: removed if it was served, else ignored.
             return self.remove(key);
         }
         let (digest, item) = read(secret, &self.keys, &self.decoder);
@@ -243,6 +261,15 @@ impl State {
             key,
             update: KeyedUpdate::Remove,
         }))
+    }
+}
+
+/// What the source's own errors are about.
+fn origin(namespace: &str, selector: &str) -> String {
+    if selector.is_empty() {
+        format!("TLS secrets in {namespace}")
+    } else {
+        format!("TLS secrets in {namespace} matching {selector}")
     }
 }
 

@@ -582,7 +582,7 @@ impl Writer {
         match self.generator.check_ca(state.signing.cert_pem.as_bytes()) {
             Ok(()) => {}
             Err(Unfit::RenewalDue { .. }) if state.next.is_none() => {
-                let switch_after = now + self.ca_overlap;
+                let switch_after = tls_source::clock::saturating_add(now, self.ca_overlap);
                 tracing::info!(secret = %secret.id(), switch_after = %rfc3339(switch_after), "the CA is due for renewal: announcing the next CA in ca.crt");
                 self.stats.send_modify(|s| s.generated_cas += 1);
                 state.next = Some((self.generator.generate_ca()?, switch_after));

@@ -52,6 +52,10 @@ pub struct KubeApi {
 
 #[derive(Debug)]
 struct Shared {
+    /// Like a third-party API mock (kmock in its resourceVersion mode): field and label
+    /// selectors are accepted and ignored, so every object of the namespace is listed and
+    /// watched. Clients must check what they receive.
+    ignore_selectors: std::sync::atomic::AtomicBool,
     state: Mutex<Store>,
     events: broadcast::Sender<Stored>,
     /// Bumped to end every open watch stream.
@@ -126,6 +130,7 @@ impl KubeApi {
         let addr = listener.local_addr().expect("local addr");
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
+            ignore_selectors: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(Store::default()),
             events,
             close: watch::channel(0).0,
@@ -142,6 +147,15 @@ impl KubeApi {
             shared,
             server: Mutex::new(server),
         }
+    }
+
+    /// Stops (or resumes) applying `fieldSelector` and `labelSelector` to lists and watches,
+    /// as API mocks that do not implement them behave: every object of the namespace is sent.
+    /// For tests that a client checks the name, namespace and labels of what it receives.
+    pub fn ignore_selectors(&self, ignore: bool) {
+        self.shared
+            .ignore_selectors
+            .store(ignore, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The base URL, for `kube::Config::new(url.parse()?)`.
@@ -378,6 +392,11 @@ fn key(resource: &str, namespace: &str, name: &str) -> Key {
 // ===== the store =====
 
 impl Shared {
+    fn ignores_selectors(&self) -> bool {
+        self.ignore_selectors
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -823,18 +842,21 @@ enum LabelReq {
     Ne(String, String),
     Exists(String),
     Absent(String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
 }
 
 impl Filter {
-    fn new(namespace: Option<String>, params: &BTreeMap<String, String>) -> Self {
+    fn new(namespace: Option<String>, params: &BTreeMap<String, String>, ignore: bool) -> Self {
         let pairs = |s: Option<&String>| -> Vec<String> {
-            s.map(|s| {
-                s.split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
+            s.filter(|_| !ignore)
+                .map(|s| {
+                    s.split(',')
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
         };
         let fields = pairs(params.get("fieldSelector"))
             .into_iter()
@@ -847,10 +869,45 @@ impl Filter {
                 }
             })
             .collect();
-        let labels = pairs(params.get("labelSelector"))
+        // Set-based requirements hold commas inside their parentheses.
+        let label_parts = params
+            .get("labelSelector")
+            .filter(|_| !ignore)
+            .map(|s| {
+                let (mut parts, mut depth, mut current) = (Vec::new(), 0, String::new());
+                for c in s.chars() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        ',' if depth == 0 => {
+                            parts.push(std::mem::take(&mut current));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    current.push(c);
+                }
+                parts.push(current);
+                parts.retain(|p| !p.trim().is_empty());
+                parts
+            })
+            .unwrap_or_default();
+        let labels = label_parts
             .into_iter()
             .map(|p| {
-                if let Some((k, v)) = p.split_once("!=") {
+                let set = |p: &str, op: &str| {
+                    let (k, rest) = p.split_once(op)?;
+                    let values = rest.trim().strip_prefix('(')?.strip_suffix(')')?;
+                    Some((
+                        k.trim().to_owned(),
+                        values.split(',').map(|v| v.trim().to_owned()).collect(),
+                    ))
+                };
+                if let Some((k, values)) = set(&p, " notin ") {
+                    LabelReq::NotIn(k, values)
+                } else if let Some((k, values)) = set(&p, " in ") {
+                    LabelReq::In(k, values)
+                } else if let Some((k, v)) = p.split_once("!=") {
                     LabelReq::Ne(k.to_owned(), v.to_owned())
                 } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
                     LabelReq::Eq(k.to_owned(), v.to_owned())
@@ -907,6 +964,8 @@ impl Filter {
             LabelReq::Ne(k, v) => label(k).as_deref() != Some(v),
             LabelReq::Exists(k) => label(k).is_some(),
             LabelReq::Absent(k) => label(k).is_none(),
+            LabelReq::In(k, values) => label(k).is_some_and(|v| values.contains(&v)),
+            LabelReq::NotIn(k, values) => label(k).is_none_or(|v| !values.contains(&v)),
         })
     }
 }
@@ -917,7 +976,11 @@ fn list(
     namespace: Option<&str>,
     params: &BTreeMap<String, String>,
 ) -> Response {
-    let filter = Filter::new(namespace.map(str::to_owned), params);
+    let filter = Filter::new(
+        namespace.map(str::to_owned),
+        params,
+        shared.ignores_selectors(),
+    );
     let state = shared.lock();
     let items: Vec<Value> = state
         .objects
@@ -950,7 +1013,7 @@ fn watch_stream(
     namespace: Option<String>,
     params: &BTreeMap<String, String>,
 ) -> Response {
-    let filter = Filter::new(namespace, params);
+    let filter = Filter::new(namespace, params, shared.ignores_selectors());
     let from: u64 = params
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
