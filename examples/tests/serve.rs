@@ -1086,3 +1086,166 @@ async fn metrics_are_served_for_prometheus() {
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
 }
+
+/// `y`-01-01T00:00:00Z.
+fn new_year(y: i32) -> std::time::SystemTime {
+    let t = time::Date::from_calendar_date(y, time::Month::January, 1)
+        .unwrap()
+        .midnight()
+        .assume_utc();
+    std::time::SystemTime::from(t)
+}
+
+/// A kubelet-style directory holding `first`, and serve following it.
+async fn serve_dir(
+    first: &TestCert,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (tempfile::TempDir, KubeDir, Serve) {
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("certs")).unwrap();
+    write(&kube, first);
+    let serve = Serve::start_with_env(
+        &[
+            "--cert-dir",
+            kube.path().to_str().unwrap(),
+            "--poll",
+            "100ms",
+        ],
+        env,
+    )
+    .await;
+    (dir, kube, serve)
+}
+
+#[tokio::test]
+async fn certificates_valid_until_9999_or_from_1950_are_served_and_rotation_goes_on() {
+    let ca = TestCa::new("serve dates");
+    let first = ca.leaf(&["localhost"]);
+    let (_dir, kube, serve) = serve_dir(&first, &[]).await;
+
+    let forever = ca.leaf_valid(
+        &["localhost"],
+        std::time::SystemTime::now() - Duration::from_secs(3600),
+        tls_source::clock::latest(),
+    );
+    write(&kube, &forever);
+    let status = serve
+        .wait_status("the certificate valid until 9999", |s| {
+            s["fingerprint_sha256"] == forever.fingerprint
+        })
+        .await;
+    assert_eq!(status["not_after"], "9999-12-31T23:59:59Z");
+    assert_eq!(status["expiring"], false);
+    assert_eq!(status["running"], true);
+
+    let old = ca.leaf_valid(&["localhost"], new_year(1950), new_year(2049));
+    write(&kube, &old);
+    let status = serve
+        .wait_status("the certificate from 1950", |s| {
+            s["fingerprint_sha256"] == old.fingerprint
+        })
+        .await;
+    assert_eq!(status["not_before"], "1950-01-01T00:00:00Z");
+    assert_eq!(status["not_after"], "2049-01-01T00:00:00Z");
+
+    let next = ca.leaf(&["localhost"]);
+    write(&kube, &next);
+    serve
+        .wait_status("the next rotation", |s| {
+            s["fingerprint_sha256"] == next.fingerprint
+        })
+        .await;
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_pair_not_valid_before_9999_is_refused_and_the_next_good_pair_served() {
+    let ca = TestCa::new("serve dates");
+    let first = ca.leaf(&["localhost"]);
+    let (_dir, kube, serve) = serve_dir(&first, &[]).await;
+
+    let future = ca.leaf_valid(&["localhost"], new_year(9999), tls_source::clock::latest());
+    write(&kube, &future);
+    let status = serve
+        .wait_status("the refusal", |s| !s["last_error"].is_null())
+        .await;
+    assert_eq!(status["fingerprint_sha256"], first.fingerprint);
+    let err = status["last_error"].as_str().unwrap();
+    assert!(
+        err.contains("not valid before 9999-01-01T00:00:00Z"),
+        "{err}"
+    );
+
+    let next = ca.leaf(&["localhost"]);
+    write(&kube, &next);
+    let status = serve
+        .wait_status("the next good pair", |s| {
+            s["fingerprint_sha256"] == next.fingerprint
+        })
+        .await;
+    assert_eq!(status["last_error"], serde_json::Value::Null);
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_panic_on_one_input_is_contained_and_one_that_stops_the_task_exits_1() {
+    let ca = TestCa::new("serve panics");
+    let (first, poison, next, fatal) = (
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+    );
+    let (_dir, kube, serve) = serve_dir(
+        &first,
+        &[
+            ("TLS_RELOAD_TEST_PANIC_ON", poison.fingerprint.as_ref()),
+            ("TLS_RELOAD_TEST_PANIC_TASK_ON", fatal.fingerprint.as_ref()),
+        ],
+    )
+    .await;
+
+    // Checking this one panics: it is refused, reason internal, and the first keeps serving.
+    write(&kube, &poison);
+    let status = serve
+        .wait_status("the contained panic", |s| !s["last_error"].is_null())
+        .await;
+    assert_eq!(status["fingerprint_sha256"], first.fingerprint);
+    let err = status["last_error"].as_str().unwrap();
+    assert!(
+        err.contains("internal error") && err.contains("route default"),
+        "{err}"
+    );
+    assert_eq!(status["running"], true);
+
+    // The next one is served: rotation goes on.
+    write(&kube, &next);
+    serve
+        .wait_status("the next rotation", |s| {
+            s["fingerprint_sha256"] == next.fingerprint
+        })
+        .await;
+
+    // This one panics the task itself: serve stops serving gracefully and exits 1, for an
+    // orchestrator to restart it.
+    write(&kube, &fatal);
+    assert_eq!(serve.exit_code().await, Some(1));
+}
+
+#[tokio::test]
+async fn a_self_signed_validity_of_a_hundred_years_is_served() {
+    // Past 795 days this once panicked the reload task (the expiry timer's deadline).
+    let serve = Serve::start(&["--self-signed-validity", "36500d"]).await;
+    let status = serve.status().await;
+    let not_after = humantime::parse_rfc3339(status["not_after"].as_str().unwrap()).unwrap();
+    let left = not_after
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(left > Duration::from_secs(36_000 * 86_400), "{status}");
+    assert_eq!(status["expiring"], false);
+    assert_eq!(status["running"], true);
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}

@@ -530,7 +530,7 @@ impl Driver {
 
     fn install(&mut self, id: RouteId, validated: &Validated) {
         #[cfg(feature = "__test-hooks")]
-        crate::hooks::before_install(&validated.info().origin);
+        crate::hooks::before_install(validated.info());
         for timer in [Timer::Expiring, Timer::Expired] {
             self.cancel_timer(id, timer);
         }

@@ -18,7 +18,7 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use tls_reload::Reloader;
@@ -26,7 +26,7 @@ use tls_source::FileSource;
 use tls_test::{KubeDir, TestCa, TestCert, TestServer};
 
 /// How many valid pairs the operations pick from.
-const PAIRS: usize = 3;
+const PAIRS: usize = 4;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -50,8 +50,9 @@ enum Op {
     Garbage,
     /// The certificate of one pair with the key of another, by a kubelet swap.
     Mismatched(usize, usize),
-    /// An expired pair, by a kubelet swap.
-    Expired,
+    /// A pair that is not valid now, by a kubelet swap: expired yesterday, expired in 1951, not
+    /// valid before 9999, or with its notAfter before its notBefore.
+    Expired(usize),
 }
 
 impl Op {
@@ -82,7 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => pair.clone().prop_map(Op::Recreate),
         1 => Just(Op::Garbage),
         1 => (pair.clone(), pair).prop_map(|(a, b)| Op::Mismatched(a, b)),
-        1 => Just(Op::Expired),
+        1 => (0..INVALID).prop_map(Op::Expired),
     ]
 }
 
@@ -90,7 +91,7 @@ struct World {
     kube: KubeDir,
     pairs: Vec<TestCert>,
     other: TestCert,
-    expired: TestCert,
+    invalid: Vec<TestCert>,
 }
 
 impl World {
@@ -191,11 +192,54 @@ impl World {
                 let b = if a == b { &self.other } else { &self.pairs[*b] };
                 self.kubelet(self.pairs[*a].chain_pem.as_bytes(), b.key_pem.as_bytes());
             }
-            Op::Expired => self.kubelet(
-                self.expired.chain_pem.as_bytes(),
-                self.expired.key_pem.as_bytes(),
+            Op::Expired(i) => self.kubelet(
+                self.invalid[*i].chain_pem.as_bytes(),
+                self.invalid[*i].key_pem.as_bytes(),
             ),
         }
+    }
+}
+
+/// How many pairs that are not valid now the operations choose from.
+const INVALID: usize = 4;
+
+/// `y`-01-01T00:00:00Z.
+fn new_year(y: i32) -> SystemTime {
+    let t = time::Date::from_calendar_date(y, time::Month::January, 1)
+        .unwrap()
+        .midnight()
+        .assume_utc();
+    SystemTime::from(t)
+}
+
+/// Valid pairs over the whole range a certificate can carry: days, until 9999 (RFC 5280's "no
+/// expiration"), from 1950 to 9999, eight thousand years from now (saturating at 9999).
+fn valid_pair(ca: &TestCa, i: usize) -> TestCert {
+    let now = SystemTime::now();
+    let hour = Duration::from_secs(3600);
+    match i % 4 {
+        0 => ca.leaf(&["localhost"]),
+        1 => ca.leaf_valid(&["localhost"], now - hour, tls_source::clock::latest()),
+        2 => ca.leaf_valid(&["localhost"], new_year(1950), tls_source::clock::latest()),
+        _ => ca.leaf_valid(
+            &["localhost"],
+            now - Duration::from_secs(1),
+            tls_source::clock::saturating_add(now, Duration::from_secs(8000 * 365 * 86_400)),
+        ),
+    }
+}
+
+fn invalid_pair(ca: &TestCa, i: usize) -> TestCert {
+    let now = SystemTime::now();
+    match i % INVALID {
+        0 => ca.expired_leaf(&["localhost"]),
+        1 => ca.leaf_valid(&["localhost"], new_year(1950), new_year(1951)),
+        2 => ca.leaf_valid(&["localhost"], new_year(9999), tls_source::clock::latest()),
+        _ => ca.leaf_valid(
+            &["localhost"],
+            now + Duration::from_secs(86_400),
+            now - Duration::from_secs(86_400),
+        ),
     }
 }
 
@@ -204,9 +248,9 @@ async fn run(ops: &[Op], ca: &TestCa) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let world = World {
         kube: KubeDir::new(dir.path().join("tls")).unwrap(),
-        pairs: (0..PAIRS).map(|_| ca.leaf(&["localhost"])).collect(),
+        pairs: (0..PAIRS).map(|i| valid_pair(ca, i)).collect(),
         other: ca.leaf(&["localhost"]),
-        expired: ca.expired_leaf(&["localhost"]),
+        invalid: (0..INVALID).map(|i| invalid_pair(ca, i)).collect(),
     };
     world.apply(&Op::Kubelet(0));
     let source = FileSource::builder(world.kube.file("tls.crt"), world.kube.file("tls.key"))
