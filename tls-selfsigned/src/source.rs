@@ -292,7 +292,7 @@ impl State {
         let not_after = generated.not_after;
         self.queue.push_back(Ok(generated.bundle.clone()));
         if let Some((Unpersisted::Read(served), _)) = &mut self.unpersisted {
-            *served = Box::new(generated);
+            **served = generated;
             // What is stored could not be read: it is not overwritten (a CA there may be
             // pinned by clients) until it can be.
             return Ok(not_after);
