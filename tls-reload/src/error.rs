@@ -162,7 +162,7 @@ pub enum Error {
     },
 
     /// Checking this input panicked (a bug: ours, a dependency's, or in a user's
-    /// [`Clock`](tls_source::Clock)). The input is rejected, the route keeps its current
+    /// [`Clock`](tls_source::clock::Clock)). The input is rejected, the route keeps its current
     /// certificate and takes the next input as usual. Reason `internal`. Needs
     /// `panic = "unwind"` (the default): with `panic = "abort"` the process ends instead.
     #[error("{origin} (route {route}): internal error while checking it, rejected: {message}")]
