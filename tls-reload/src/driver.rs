@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt as _, StreamExt as _};
-use tls_source::clock::{self, Validity};
+use tls_source::clock::Validity;
 use tls_source::{
     BoxCertSource, BoxKeyedCertSource, CertBundle, CertSourceExt as _, Digest, Keyed, KeyedUpdate,
 };
@@ -41,7 +41,8 @@ const MAX_BATCH: usize = 64;
 
 /// The longest a timer is armed for. tokio-util's `DelayQueue` takes deadlines up to about
 /// 795 days (2^36 ms) and panics past that; a certificate can be valid until 9999. A deadline
-/// further away is armed at this and armed again when reached, until it is due.
+/// further away is armed at this, with the rest carried in the entry and armed again when it
+/// fires ([`Driver::on_expired`]), until it is due.
 const MAX_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A route's place in [`Driver::routes`].
@@ -108,8 +109,7 @@ struct Route {
     /// The digest and names of the certificate installed.
     installed: Option<(Digest, Vec<RouteName>)>,
     status: RouteStatus,
-    /// A not-yet-valid bundle, tried again at its `notBefore`.
-    retry: Option<(delay_queue::Key, CertBundle, SystemTime)>,
+    retry: Option<(delay_queue::Key, CertBundle)>,
     expiring: Option<delay_queue::Key>,
     expired: Option<delay_queue::Key>,
 }
@@ -130,7 +130,9 @@ pub(crate) struct Driver {
     free: Vec<RouteId>,
     /// How many routes are static (the default and the named ones), all at the front.
     statics: usize,
-    timers: DelayQueue<(RouteId, Timer)>,
+    /// Each entry: the route, the timer, and how much of its wait is left after this one
+    /// ([`MAX_TIMER`]).
+    timers: DelayQueue<(RouteId, Timer, Duration)>,
     table_dirty: bool,
     /// Routes whose status changed in this batch, and labels of routes removed: published
     /// together at the end of the batch, after the SNI table, so that a status never says a
@@ -247,8 +249,8 @@ impl Driver {
                 () = cancel.cancelled() => break Ended::Cancelled,
                 () = gone.cancelled() => break Ended::HandlesDropped,
                 Some(expired) = self.timers.next(), if !self.timers.is_empty() => {
-                    let (id, timer) = expired.into_inner();
-                    self.on_timer(id, timer);
+                    let (id, timer, rest) = expired.into_inner();
+                    self.on_expired(id, timer, rest);
                     self.finish_batch();
                 }
                 item = inputs.0.next() => {
@@ -445,10 +447,9 @@ impl Driver {
                 }
                 crate::metrics::rejected(route.label.as_deref(), err.reason());
                 if let Error::NotYetValid { not_before, .. } = &err {
-                    let not_before = *not_before;
-                    let key = self.arm(id, Timer::Retry, self.until(not_before));
+                    let key = self.arm(id, Timer::Retry, self.until(*not_before));
                     if let Some(route) = self.routes[id].as_mut() {
-                        route.retry = Some((key, bundle, not_before));
+                        route.retry = Some((key, bundle));
                     }
                 }
                 self.record(id, Arc::new(err));
@@ -537,7 +538,10 @@ impl Driver {
         let window = self.validator.policy().expiry_warning_window();
         let info = validated.info().clone();
         let now = self.validator.clock().now();
-        let until_expiring = expiring_at(&info, window).and_then(|at| at.duration_since(now).ok());
+        let until_expiring = info
+            .not_after
+            .checked_sub(window)
+            .and_then(|at| at.duration_since(now).ok());
         let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
         let expiring_key = until_expiring.map(|wait| self.arm(id, Timer::Expiring, wait));
         let expired_key = (!expired).then(|| {
@@ -665,6 +669,35 @@ impl Driver {
         }
     }
 
+    /// A timer fired: armed short of its deadline ([`MAX_TIMER`]), it is armed again for the
+    /// `rest` (unless it was cancelled meanwhile); due, it is handled.
+    fn on_expired(&mut self, id: RouteId, timer: Timer, rest: Duration) {
+        if rest.is_zero() {
+            return self.on_timer(id, timer);
+        }
+        if self.key_of(id, timer).is_none() {
+            return;
+        }
+        let key = self.arm(id, timer, rest);
+        if let Some(slot) = self.key_of(id, timer) {
+            *slot = key;
+        }
+    }
+
+    /// Where the key of an armed timer is kept.
+    fn key_of(&mut self, id: RouteId, timer: Timer) -> Option<&mut delay_queue::Key> {
+        if let Timer::TrustLeaves = timer {
+            return self.trust_timer.as_mut();
+        }
+        let route = self.routes[id].as_mut()?;
+        match timer {
+            Timer::Retry => route.retry.as_mut().map(|(key, _)| key),
+            Timer::Expiring => route.expiring.as_mut(),
+            Timer::Expired => route.expired.as_mut(),
+            Timer::TrustLeaves => None,
+        }
+    }
+
     fn on_timer(&mut self, id: RouteId, timer: Timer) {
         if matches!(timer, Timer::TrustLeaves) {
             self.trust_timer = None;
@@ -680,36 +713,13 @@ impl Driver {
         };
         match timer {
             Timer::Retry => {
-                let Some((_, bundle, not_before)) = route.retry.take() else {
-                    return;
-                };
-                if self.validator.clock().now() < not_before {
-                    // Armed short of a far `notBefore` (MAX_TIMER), or ahead of the wall clock.
-                    let key = self.arm(id, Timer::Retry, self.until(not_before));
-                    if let Some(route) = self.routes[id].as_mut() {
-                        route.retry = Some((key, bundle, not_before));
-                    }
-                    return;
+                if let Some((_, bundle)) = route.retry.take() {
+                    self.consider(id, bundle);
                 }
-                self.consider(id, bundle);
             }
             Timer::TrustLeaves => {}
             Timer::Expiring => {
                 route.expiring = None;
-                let window = self.validator.policy().expiry_warning_window();
-                let due = route
-                    .status
-                    .current
-                    .as_ref()
-                    .and_then(|info| expiring_at(info, window));
-                if let Some(due) = due.filter(|due| self.validator.clock().now() < *due) {
-                    // Armed short of a far deadline (MAX_TIMER): not due yet.
-                    let key = self.arm(id, Timer::Expiring, self.until(due));
-                    if let Some(route) = self.routes[id].as_mut() {
-                        route.expiring = Some(key);
-                    }
-                    return;
-                }
                 route.status.expiring = true;
                 if let Some(info) = &route.status.current {
                     cert_event!(
@@ -728,8 +738,7 @@ impl Driver {
                 };
                 let now = self.validator.clock().now();
                 if Validity::at(now, info.not_before, info.not_after) != Validity::Expired {
-                    // The timer ran ahead of the wall clock, or was armed short of a far
-                    // `notAfter` (MAX_TIMER): look again then.
+                    // The timer ran ahead of the wall clock: look again shortly.
                     let wait = self.until(info.not_after) + Duration::from_millis(1);
                     let key = self.arm(id, Timer::Expired, wait.max(Duration::from_millis(10)));
                     if let Some(route) = self.routes[id].as_mut() {
@@ -752,13 +761,15 @@ impl Driver {
 
     /// How long until `at` on the validator's clock (zero if past).
     fn until(&self, at: SystemTime) -> Duration {
-        clock::until(self.validator.clock().now(), at)
+        at.duration_since(self.validator.clock().now())
+            .unwrap_or_default()
     }
 
-    /// Arms `timer` to fire in `wait`, or in [`MAX_TIMER`] if that is sooner: the handler of
-    /// every timer looks at the clock and arms it again when it is not due yet.
+    /// Arms `timer` to fire in `wait`: at most [`MAX_TIMER`] ahead, the rest carried in the
+    /// entry for [`on_expired`](Self::on_expired).
     fn arm(&mut self, id: RouteId, timer: Timer, wait: Duration) -> delay_queue::Key {
-        self.timers.insert((id, timer), wait.min(MAX_TIMER))
+        let now = wait.min(MAX_TIMER);
+        self.timers.insert((id, timer, wait - now), now)
     }
 
     fn cancel_timer(&mut self, id: RouteId, timer: Timer) {
@@ -766,7 +777,7 @@ impl Driver {
             return;
         };
         let key = match timer {
-            Timer::Retry => route.retry.take().map(|(key, _, _)| key),
+            Timer::Retry => route.retry.take().map(|(key, _)| key),
             Timer::Expiring => route.expiring.take(),
             Timer::Expired => route.expired.take(),
             Timer::TrustLeaves => self.trust_timer.take(),
@@ -864,12 +875,6 @@ impl Driver {
             modified
         });
     }
-}
-
-/// When the certificate enters the expiry-warning window `window`; `None` when it is in the
-/// window from the start (a window longer than the time since the epoch, say).
-fn expiring_at(info: &crate::CertInfo, window: Duration) -> Option<SystemTime> {
-    info.not_after.checked_sub(window)
 }
 
 /// A source's items as inputs, with a panic in its `poll_next` caught: the source is dropped
