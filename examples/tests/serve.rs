@@ -1087,15 +1087,6 @@ async fn metrics_are_served_for_prometheus() {
     assert_eq!(serve.exit_code().await, Some(0));
 }
 
-/// `y`-01-01T00:00:00Z.
-fn new_year(y: i32) -> std::time::SystemTime {
-    let t = time::Date::from_calendar_date(y, time::Month::January, 1)
-        .unwrap()
-        .midnight()
-        .assume_utc();
-    std::time::SystemTime::from(t)
-}
-
 /// A kubelet-style directory holding `first`, and serve following it.
 async fn serve_dir(
     first: &TestCert,
@@ -1138,7 +1129,11 @@ async fn certificates_valid_until_9999_or_from_1950_are_served_and_rotation_goes
     assert_eq!(status["expiring"], false);
     assert_eq!(status["running"], true);
 
-    let old = ca.leaf_valid(&["localhost"], new_year(1950), new_year(2049));
+    let old = ca.leaf_valid(
+        &["localhost"],
+        tls_test::new_year(1950),
+        tls_test::new_year(2049),
+    );
     write(&kube, &old);
     let status = serve
         .wait_status("the certificate from 1950", |s| {
@@ -1165,7 +1160,11 @@ async fn a_pair_not_valid_before_9999_is_refused_and_the_next_good_pair_served()
     let first = ca.leaf(&["localhost"]);
     let (_dir, kube, serve) = serve_dir(&first, &[]).await;
 
-    let future = ca.leaf_valid(&["localhost"], new_year(9999), tls_source::clock::latest());
+    let future = ca.leaf_valid(
+        &["localhost"],
+        tls_test::new_year(9999),
+        tls_source::clock::latest(),
+    );
     write(&kube, &future);
     let status = serve
         .wait_status("the refusal", |s| !s["last_error"].is_null())

@@ -434,7 +434,7 @@ where
                 // A panic in one handshake (a resolver's, a verifier's, a `configure` hook's)
                 // drops that connection only; accepting goes on.
                 Poll::Ready(Some(Err(err))) if err.is_panic() => {
-                    let message = crate::error::panic_message(err.into_panic().as_ref());
+                    let message = tls_source::panic_message(err.into_panic().as_ref());
                     tracing::error!(panic = %message, "a TLS handshake panicked; connection dropped, still accepting");
                 }
                 // Aborted: only on the way out.

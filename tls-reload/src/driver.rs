@@ -10,6 +10,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use tls_source::clock::Validity;
 use tls_source::{
     BoxCertSource, BoxKeyedCertSource, CertBundle, CertSourceExt as _, Digest, Keyed, KeyedUpdate,
+    panic_message,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +19,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use rustls::pki_types::CertificateDer;
 
 use crate::client_auth::{Trust, TrustItem};
-use crate::error::{Rfc3339, panic_message};
+use crate::error::Rfc3339;
 use crate::status::{Ended, RouteStatus};
 use crate::tls::{CertResolver, RouteName, Slot, Table};
 use crate::{Error, Status, Validated, Validator};

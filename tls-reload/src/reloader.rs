@@ -277,7 +277,7 @@ impl Builder {
             let ended = match run.await {
                 Ok(ended) => ended,
                 Err(panic) => Ended::Panicked {
-                    message: crate::error::panic_message(panic.as_ref()),
+                    message: tls_source::panic_message(panic.as_ref()),
                 },
             };
             match &ended {

@@ -203,15 +203,6 @@ impl World {
 /// How many pairs that are not valid now the operations choose from.
 const INVALID: usize = 4;
 
-/// `y`-01-01T00:00:00Z.
-fn new_year(y: i32) -> SystemTime {
-    let t = time::Date::from_calendar_date(y, time::Month::January, 1)
-        .unwrap()
-        .midnight()
-        .assume_utc();
-    SystemTime::from(t)
-}
-
 /// Valid pairs over the whole range a certificate can carry: days, until 9999 (RFC 5280's "no
 /// expiration"), from 1950 to 9999, eight thousand years from now (saturating at 9999).
 fn valid_pair(ca: &TestCa, i: usize) -> TestCert {
@@ -220,7 +211,11 @@ fn valid_pair(ca: &TestCa, i: usize) -> TestCert {
     match i % 4 {
         0 => ca.leaf(&["localhost"]),
         1 => ca.leaf_valid(&["localhost"], now - hour, tls_source::clock::latest()),
-        2 => ca.leaf_valid(&["localhost"], new_year(1950), tls_source::clock::latest()),
+        2 => ca.leaf_valid(
+            &["localhost"],
+            tls_test::new_year(1950),
+            tls_source::clock::latest(),
+        ),
         _ => ca.leaf_valid(
             &["localhost"],
             now - Duration::from_secs(1),
@@ -233,8 +228,16 @@ fn invalid_pair(ca: &TestCa, i: usize) -> TestCert {
     let now = SystemTime::now();
     match i % INVALID {
         0 => ca.expired_leaf(&["localhost"]),
-        1 => ca.leaf_valid(&["localhost"], new_year(1950), new_year(1951)),
-        2 => ca.leaf_valid(&["localhost"], new_year(9999), tls_source::clock::latest()),
+        1 => ca.leaf_valid(
+            &["localhost"],
+            tls_test::new_year(1950),
+            tls_test::new_year(1951),
+        ),
+        2 => ca.leaf_valid(
+            &["localhost"],
+            tls_test::new_year(9999),
+            tls_source::clock::latest(),
+        ),
         _ => ca.leaf_valid(
             &["localhost"],
             now + Duration::from_secs(86_400),

@@ -30,9 +30,6 @@ pub const MIN_VALIDITY: Duration = Duration::from_secs(3);
 /// expires, time for every server to install its successor.
 pub const MIN_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
 
-/// The latest expiry X.509 (and rcgen) can express: 9999-12-31T23:59:59Z.
-const LATEST_NOT_AFTER: Duration = Duration::from_secs(253_402_300_799);
-
 /// How far back `not_before` is set at most, so that clients whose clock is a little behind accept
 /// a certificate made this second (a tenth of the validity for very short lifetimes).
 const MAX_BACKDATE: Duration = Duration::from_secs(60);
@@ -334,18 +331,11 @@ impl Builder {
                 "renewing {window:?} before expiry leaves no time to install the next certificate: at least {MIN_RENEWAL_WINDOW:?} (a longer validity, or a larger renewal window)"
             ));
         }
-        let latest = |validity: Duration, what: &str| {
-            let now = self
-                .clock
-                .now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            match now.checked_add(validity) {
-                Some(end) if end <= LATEST_NOT_AFTER => Ok(()),
-                _ => config_err(format!(
-                    "a {what} validity of {validity:?} ends after the year 9999, the latest a certificate can express"
-                )),
-            }
+        let latest = |validity: Duration, what: &str| match self.clock.now().checked_add(validity) {
+            Some(end) if end <= tls_source::clock::latest() => Ok(()),
+            _ => config_err(format!(
+                "a {what} validity of {validity:?} ends after the year 9999, the latest a certificate can express"
+            )),
         };
         latest(config.validity, "leaf")?;
         if let Some(ca) = &config.ca {

@@ -309,8 +309,7 @@ impl State {
     }
 
     fn persist_later(&mut self, why: Unpersisted) {
-        let at =
-            tls_source::clock::saturating_add(self.generator.clock.now(), self.persist_backoff);
+        let at = self.generator.clock.now() + self.persist_backoff;
         self.persist_backoff = (self.persist_backoff * 2).min(MAX_BACKOFF);
         self.unpersisted = Some((why, at));
     }

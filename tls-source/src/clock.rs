@@ -90,46 +90,6 @@ pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
     }
 }
 
-/// How long from `now` until `at`: zero when `at` is not later. Never panics, whatever the
-/// dates (before 1970, year 9999).
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use tls_source::clock::until;
-///
-/// let now = SystemTime::now();
-/// assert_eq!(until(now, now + Duration::from_secs(5)), Duration::from_secs(5));
-/// assert_eq!(until(now, now - Duration::from_secs(5)), Duration::ZERO);
-/// ```
-pub fn until(now: SystemTime, at: SystemTime) -> Duration {
-    at.duration_since(now).unwrap_or_default()
-}
-
-/// Seconds since the Unix epoch, negative before 1970 (for status fields and metrics gauges).
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use tls_source::clock::unix_seconds;
-///
-/// let nineteen_fifty = SystemTime::UNIX_EPOCH - Duration::from_secs(631_152_000);
-/// assert_eq!(unix_seconds(nineteen_fifty), -631_152_000);
-/// ```
-pub fn unix_seconds(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        // Before the epoch: round towards the past, so 1969-12-31T23:59:59.5 is -1.
-        Err(e) => {
-            let d = e.duration();
-            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            if d.subsec_nanos() > 0 {
-                -secs.saturating_add(1)
-            } else {
-                -secs
-            }
-        }
-    }
-}
-
 #[cfg(feature = "test-util")]
 pub use stepped::SteppedClock;
 

@@ -109,3 +109,19 @@ impl Error {
         }
     }
 }
+
+/// The message of a caught panic (`catch_unwind`'s payload): the `&str` or `String` it was
+/// given, else a placeholder. Shared by every crate that contains panics, so they report them
+/// alike.
+///
+/// ```
+/// let caught = std::panic::catch_unwind(|| panic!("a {} bug", "small")).unwrap_err();
+/// assert_eq!(tls_source::panic_message(caught.as_ref()), "a small bug");
+/// ```
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}

@@ -61,7 +61,7 @@ pub use backoff::Backoff;
 pub use bundle::{CertBundle, Digest, Origin};
 pub use debounce::Debounce;
 pub use dedup::Dedup;
-pub use error::Error;
+pub use error::{Error, panic_message};
 pub use fallback::Fallback;
 pub use file::{
     CaFileSource, CaFileSourceBuilder, DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, FileReader,

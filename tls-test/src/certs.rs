@@ -287,3 +287,15 @@ fn secret_bytes(der: &[u8]) -> &[u8] {
         .and_then(|at| der.get(at + EC_SCALAR.len()..at + EC_SCALAR.len() + 32))
         .unwrap_or(der)
 }
+
+/// `year`-01-01T00:00:00Z, for certificates dated anywhere a certificate can be (1950, 9999).
+///
+/// # Panics
+/// If `year` is outside what the `time` crate represents (±9999).
+pub fn new_year(year: i32) -> SystemTime {
+    time::Date::from_calendar_date(year, time::Month::January, 1)
+        .expect("a year time can represent")
+        .midnight()
+        .assume_utc()
+        .into()
+}

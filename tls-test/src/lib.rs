@@ -18,7 +18,7 @@ mod server;
 
 pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
-    fixture_pair,
+    fixture_pair, new_year,
 };
 pub use kube_api::{Endpoint, KubeApi, Link};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};

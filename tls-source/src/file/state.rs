@@ -172,11 +172,7 @@ impl Running {
                 // One read panicked (a bug): reported as that read's error; the next poll or
                 // event reads again, and the stream goes on.
                 Found::Panicked(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic without a message".to_owned());
+                    let message = crate::panic_message(panic.as_ref());
                     tracing::error!(cert = %self.reads.config.cert.display(), panic = %message, "reading the certificate files panicked; reading again at the next poll");
                     Some(Err(crate::Error::source(
                         format!("files {}", self.reads.config.cert.display()),
