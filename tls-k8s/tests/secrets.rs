@@ -3,17 +3,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use tls_k8s::SecretsSource;
-use tls_reload::{Reloader, Status};
+use tls_reload::Status;
 use tls_test::{KubeApi, PATIENCE, TestCa, TestCert, TestServer};
-
-fn put(api: &KubeApi, name: &str, cert: &TestCert) {
-    let data = common::tls_data(cert);
-    let refs: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-    api.put_secret("default", name, &refs);
-}
 
 fn route_fingerprint<'a>(status: &'a Status, key: &str) -> Option<&'a str> {
     status
@@ -36,21 +28,17 @@ async fn twenty_secrets_by_label_are_served_by_their_names_through_one_watch() {
         .map(|i| ca.leaf(&[&format!("host{i}.example.com")]))
         .collect();
     for (i, cert) in certs.iter().enumerate() {
-        put(&api, &format!("web-{i}"), cert);
+        common::put_named(&api, &format!("web-{i}"), cert);
         api.set_label("secrets", "default", &format!("web-{i}"), "app", "web");
     }
     let other = ca.leaf(&["other.example.com"]);
-    put(&api, "other", &other);
+    common::put_named(&api, "other", &other);
     api.set_label("secrets", "default", "other", "app", "other");
 
     let source = SecretsSource::builder(common::client(&api), "default")
         .selector("app=web")
         .build();
-    let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .routes(source)
-        .spawn_routes()
-        .unwrap();
+    let reloader = common::routes_reloader(source);
     reloader.ready_timeout(PATIENCE).await.unwrap();
     let status = tls_test::wait_for(reloader.status(), "20 routes", |s| {
         s.routes.len() == 20 && s.routes.values().all(|r| r.current.is_some())
@@ -75,7 +63,7 @@ async fn twenty_secrets_by_label_are_served_by_their_names_through_one_watch() {
 
     // A rotation reaches only its route.
     let rotated = ca.leaf(&["host1.example.com"]);
-    put(&api, "web-1", &rotated);
+    common::put_named(&api, "web-1", &rotated);
     tls_test::wait_for(reloader.status(), "web-1 rotated", |s| {
         route_fingerprint(s, "default/web-1") == Some(rotated.fingerprint.as_str())
     })

@@ -5,20 +5,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Served, client, installed, tls_data};
+use common::{Served, client, installed, put_named, routes_reloader};
 use tls_k8s::{LeaseLock, SecretsSource};
-use tls_reload::Reloader;
-use tls_test::{KubeApi, PATIENCE, TestCa, TestCert, TestServer};
+use tls_test::{KubeApi, PATIENCE, TestCa, TestServer};
 use tokio_util::sync::CancellationToken;
-
-fn put_named(api: &KubeApi, name: &str, cert: &TestCert) {
-    let data = tls_data(cert);
-    let refs: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-    api.put_secret("default", name, &refs);
-}
 
 #[tokio::test]
 async fn the_secret_source_ignores_every_other_secret_of_the_namespace() {
@@ -85,11 +77,7 @@ async fn secrets_by_selector_serve_only_what_the_selector_selects() {
     let source = SecretsSource::builder(client(&api), "default")
         .selector("env in (prod, staging),!legacy")
         .build();
-    let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .routes(source)
-        .spawn_routes()
-        .unwrap();
+    let reloader = routes_reloader(source);
     reloader.ready_timeout(PATIENCE).await.unwrap();
     let status = tls_test::wait_for(reloader.status(), "two routes", |s| {
         s.routes.len() == 2 && s.routes.values().all(|r| r.current.is_some())

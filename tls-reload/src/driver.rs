@@ -507,23 +507,19 @@ impl Driver {
                 return;
             }
         };
-        if let Place::Keyed(source) = place {
-            tracing::error!(source, panic = %message, routes = ids.len(), "a keyed certificate source panicked and was dropped; its routes keep their certificates and will not rotate");
-        }
+        tracing::error!(?place, routes = ids.len(), panic = %message, "a certificate source panicked and was dropped; its routes keep their certificates and will not rotate");
         for id in ids {
             self.cancel_timer(id, Timer::Retry);
             let label = self.route_label(id).map(str::to_owned);
-            if let Place::Route(_) = place {
-                tracing::error!(route = label.as_deref().unwrap_or("default"), panic = %message, "a certificate source panicked and was dropped; the route keeps its certificate and will not rotate");
-            }
             crate::metrics::rejected(label.as_deref(), "internal");
             if let Some(route) = self.routes[id].as_mut() {
                 route.status.stopped = true;
             }
+            let route = label.unwrap_or_else(|| "default".to_owned());
             self.record(
                 id,
                 Arc::new(Error::SourcePanicked {
-                    route: label.unwrap_or_else(|| "default".to_owned()),
+                    route,
                     message: message.to_owned(),
                 }),
             );

@@ -279,8 +279,35 @@ async fn next(source: &mut tls_selfsigned::SelfSignedSource) -> Result<CertBundl
         .map_err(|e| e.to_string())
 }
 
+/// Starts `generator`'s source on a directory it cannot persist to: it serves a certificate
+/// at once (one that fits), and the reason follows. Returns the source, the certificate and
+/// the reason.
+async fn served_unpersisted(
+    generator: &SelfSigned,
+) -> (tls_selfsigned::SelfSignedSource, CertBundle, String) {
+    let mut source = generator.clone().into_source();
+    let served = next(&mut source).await.expect("a certificate to serve");
+    assert_eq!(generator.check_bundle(&served), Ok(()));
+    let err = next(&mut source).await.unwrap_err();
+    (source, served, err)
+}
+
 /// Polls `source` in the background (its retries run only while it is polled) until `file`
-/// exists; returns the file and what the source yielded meanwhile.
+/// exists, then checks it holds `served` and that the source generated nothing new meanwhile
+/// (only reports of its retries).
+async fn expect_stored(source: tls_selfsigned::SelfSignedSource, file: &Path, served: &CertBundle) {
+    let (stored, yielded) = until_stored(source, file).await;
+    assert_eq!(
+        leaf_of(&stored),
+        served.chain()[0],
+        "the served certificate, stored"
+    );
+    assert!(
+        yielded.iter().all(Result::is_err),
+        "nothing new generated: {yielded:?}"
+    );
+}
+
 async fn until_stored(
     mut source: tls_selfsigned::SelfSignedSource,
     file: &Path,
@@ -321,12 +348,8 @@ async fn a_directory_where_tls_crt_should_be_still_serves_and_recovers_when_it_g
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir(dir.path().join("tls.crt")).unwrap();
     let generator = builder(dir.path(), &["localhost"]).ca().build().unwrap();
-    let mut source = generator.clone().into_source();
-
     // Served at once; the reason follows, naming the file.
-    let served = next(&mut source).await.expect("a certificate to serve");
-    assert_eq!(generator.check_bundle(&served), Ok(()));
-    let err = next(&mut source).await.unwrap_err();
+    let (source, served, err) = served_unpersisted(&generator).await;
     assert!(
         err.contains("tls.crt") && err.contains("Is a directory"),
         "{err}"
@@ -334,16 +357,7 @@ async fn a_directory_where_tls_crt_should_be_still_serves_and_recovers_when_it_g
 
     // It is tried again with backoff; once the directory is gone, what is served is stored.
     fs::remove_dir(dir.path().join("tls.crt")).unwrap();
-    let (stored, yielded) = until_stored(source, &dir.path().join("tls.crt")).await;
-    assert_eq!(
-        leaf_of(&stored),
-        served.chain()[0],
-        "the served certificate, stored"
-    );
-    assert!(
-        yielded.iter().all(Result::is_err),
-        "nothing new generated: {yielded:?}"
-    );
+    expect_stored(source, &dir.path().join("tls.crt"), &served).await;
     // With its CA: a restart serves the same.
     let (reports, again) = start(builder(dir.path(), &["localhost"]).ca().build().unwrap()).await;
     assert!(reports.is_empty(), "{reports:?}");
@@ -358,24 +372,11 @@ async fn a_directory_that_cannot_be_made_still_serves_and_persists_when_it_can()
     fs::write(&blocker, b"").unwrap();
     let dir = blocker.join("tls");
     let generator = builder(&dir, &["localhost"]).build().unwrap();
-    let mut source = generator.clone().into_source();
-
-    let served = next(&mut source).await.expect("a certificate to serve");
-    assert_eq!(generator.check_bundle(&served), Ok(()));
-    let err = next(&mut source).await.unwrap_err();
+    let (source, served, err) = served_unpersisted(&generator).await;
     assert!(err.contains(&blocker.display().to_string()), "{err}");
 
     fs::remove_file(&blocker).unwrap();
-    let (stored, yielded) = until_stored(source, &dir.join("tls.crt")).await;
-    assert_eq!(
-        leaf_of(&stored),
-        served.chain()[0],
-        "the served certificate, stored"
-    );
-    assert!(
-        yielded.iter().all(Result::is_err),
-        "nothing new generated: {yielded:?}"
-    );
+    expect_stored(source, &dir.join("tls.crt"), &served).await;
 }
 
 #[tokio::test]

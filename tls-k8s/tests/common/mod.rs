@@ -30,9 +30,23 @@ pub fn tls_data(cert: &TestCert) -> [(&'static str, Vec<u8>); 2] {
 
 /// Writes `cert` into the Secret `default/tls` on the emulator.
 pub fn put(api: &KubeApi, cert: &TestCert) -> u64 {
+    put_named(api, "tls", cert)
+}
+
+/// Writes `cert` into the Secret `default/NAME` on the emulator.
+pub fn put_named(api: &KubeApi, name: &str, cert: &TestCert) -> u64 {
     let data = tls_data(cert);
     let refs: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-    api.put_secret("default", "tls", &refs)
+    api.put_secret("default", name, &refs)
+}
+
+/// A reloader serving `source`'s Secrets as SNI routes.
+pub fn routes_reloader(source: tls_k8s::SecretsSource) -> Reloader {
+    Reloader::builder()
+        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .routes(source)
+        .spawn_routes()
+        .expect("spawn")
 }
 
 pub struct Served {
