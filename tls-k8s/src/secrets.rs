@@ -234,9 +234,10 @@ impl State {
     /// Whether the API sent an object of our namespace matching our selector (one that does
     /// not apply selectors sends every Secret).
     fn selects(&self, secret: &DynamicObject) -> bool {
-        let labels = secret.metadata.labels.clone().unwrap_or_default();
+        let no_labels = std::collections::BTreeMap::new();
+        let labels = secret.metadata.labels.as_ref().unwrap_or(&no_labels);
         secret.metadata.namespace.as_deref() == Some(self.namespace.as_str())
-            && self.selection.as_ref().is_some_and(|s| s.matches(&labels))
+            && self.selection.as_ref().is_some_and(|s| s.matches(labels))
     }
 
     fn apply(&mut self, key: String, secret: &DynamicObject) -> Option<Item> {

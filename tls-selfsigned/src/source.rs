@@ -297,15 +297,20 @@ impl State {
             // pinned by clients) until it can be.
             return Ok(not_after);
         }
-        match self.generator.write_leaf(&generated) {
+        self.store(Box::new(generated));
+        Ok(not_after)
+    }
+
+    /// Persists what is served; if that fails, queues why and tries again later. (The reload
+    /// core logs the error it is given.)
+    fn store(&mut self, served: Box<Generated>) {
+        match self.generator.write_leaf(&served) {
             Ok(()) => self.persisted(),
             Err(err) => {
-                tracing::warn!(error = %err, "serving a self-signed certificate that could not be persisted; trying again");
                 self.queue.push_back(Err(report(err)));
-                self.persist_later(Unpersisted::Write(Box::new(generated)));
+                self.persist_later(Unpersisted::Write(served));
             }
         }
-        Ok(not_after)
     }
 
     fn persist_later(&mut self, why: Unpersisted) {
@@ -321,11 +326,43 @@ impl State {
         self.persist_backoff = Duration::from_secs(1);
     }
 
-    /// Tries again what could not be persisted. `Some` when it made a new bundle (the stored
-    /// one, now readable, or a new one in its place): the result as for `start`.
+    /// Tries again what could not be persisted. `Some` when that made a new bundle (what is
+    /// stored, readable now): the result as for `start`.
     fn persist_again(&mut self) -> Option<Result<SystemTime, Error>> {
-        let (why, _) = self.unpersisted.take()?;
-        self.persist_again_as(why)
+        let served = match self.unpersisted.take()? {
+            (Unpersisted::Write(served), _) => {
+                self.store(served);
+                return None;
+            }
+            (Unpersisted::Read(served), _) => served,
+        };
+        let stored = self.stored_nothing().and_then(|nothing| {
+            if nothing {
+                Ok(None)
+            } else {
+                self.load().map(Some)
+            }
+        });
+        match stored {
+            // Nothing there after all: store what is served.
+            Ok(None) => {
+                self.store(served);
+                None
+            }
+            // Something that reads now: used if it fits, else replaced, as on a start.
+            Ok(Some(not_after)) => {
+                if self.unpersisted.is_none() {
+                    self.persisted();
+                }
+                Some(Ok(not_after))
+            }
+            Err(err @ Error::PersistRead { .. }) => {
+                self.queue.push_back(Err(report(err)));
+                self.persist_later(Unpersisted::Read(served));
+                None
+            }
+            Err(err) => Some(Err(err)),
+        }
     }
 
     /// Whether the persistence directory holds none of the files a generation writes.
@@ -344,45 +381,6 @@ impl State {
             }
         }
         Ok(true)
-    }
-
-    fn persist_again_as(&mut self, why: Unpersisted) -> Option<Result<SystemTime, Error>> {
-        match why {
-            Unpersisted::Write(generated) => {
-                match self.generator.write_leaf(&generated) {
-                    Ok(()) => self.persisted(),
-                    Err(err) => {
-                        self.queue.push_back(Err(report(err)));
-                        self.persist_later(Unpersisted::Write(generated));
-                    }
-                }
-                None
-            }
-            Unpersisted::Read(served) => match self.stored_nothing() {
-                // Nothing there after all: store what is served.
-                Ok(true) => self.persist_again_as(Unpersisted::Write(served)),
-                // Something: use it if it fits (else it is replaced, as on a start).
-                Ok(false) => match self.load() {
-                    Ok(not_after) => {
-                        if self.unpersisted.is_none() {
-                            self.persisted();
-                        }
-                        Some(Ok(not_after))
-                    }
-                    Err(err @ Error::PersistRead { .. }) => {
-                        self.queue.push_back(Err(report(err)));
-                        self.persist_later(Unpersisted::Read(served));
-                        None
-                    }
-                    Err(err) => Some(Err(err)),
-                },
-                Err(err) => {
-                    self.queue.push_back(Err(report(err)));
-                    self.persist_later(Unpersisted::Read(served));
-                    None
-                }
-            },
-        }
     }
 }
 
