@@ -867,8 +867,5 @@ async fn status_json(
 /// RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`), for every date a certificate can
 /// carry: 1950 as well as 9999 (humantime's formatter panics before 1970).
 fn rfc3339(t: std::time::SystemTime) -> String {
-    let t = time::OffsetDateTime::from(t);
-    let t = t.replace_nanosecond(0).unwrap_or(t);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| format!("{} s after the Unix epoch", t.unix_timestamp()))
+    tls_reload::Rfc3339(t).to_string()
 }

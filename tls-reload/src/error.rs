@@ -343,9 +343,18 @@ impl fmt::Display for Names<'_> {
     }
 }
 
-/// Formats a time as RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`).
+/// Formats a time as RFC 3339 in UTC, to the second, as the reloader's messages do: for any
+/// date a certificate can carry, before 1970 and up to 9999 (for a status page, say).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tls_reload::Rfc3339;
+///
+/// let t = SystemTime::UNIX_EPOCH - Duration::from_secs(631_152_000);
+/// assert_eq!(Rfc3339(t).to_string(), "1950-01-01T00:00:00Z");
+/// ```
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Rfc3339(pub(crate) SystemTime);
+pub struct Rfc3339(pub SystemTime);
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

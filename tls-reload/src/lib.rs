@@ -135,7 +135,7 @@ pub use accept::{
 };
 pub use client::{ClientStatus, ClientTls, ClientTlsBuilder};
 pub use client_auth::{ClientAuth, TrustItem};
-pub use error::{Error, NotReady};
+pub use error::{Error, NotReady, Rfc3339};
 pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,
 };
