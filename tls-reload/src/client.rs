@@ -4,16 +4,21 @@
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
-use futures::StreamExt as _;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt as _;
 use rustls::ClientConfig;
 use rustls::crypto::CryptoProvider;
-use tls_source::{CertSource, CertSourceExt};
+use rustls::pki_types::CertificateDer;
+use tls_source::{CertSource, CertSourceExt as _};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::{Engine, Kind, Publish};
+use crate::task::{self, Apply, Inputs};
 use crate::tls::client::{Identity, Sessions, Verifier};
+use crate::tls::{Slot, Table};
 use crate::{CertInfo, Error, Policy, Purpose, Validator};
 
 /// The client side of mTLS, rotating: a `ClientConfig` ([`client_config`](Self::client_config))
@@ -24,7 +29,9 @@ use crate::{CertInfo, Error, Policy, Purpose, Validator};
 /// `with_tls_config`) across rotations.
 ///
 /// - Each bundle is validated first (key, validity, the `clientAuth` purpose, chain order and
-///   size); a bad one changes nothing, is logged and shows in the [`ClientStatus`].
+///   size); a bad one changes nothing, is logged and shows in the [`ClientStatus`]. A bundle
+///   not valid yet is tried again when its `notBefore` comes; the status says when the
+///   presented certificate nears its end ([`ClientStatus::expiring`]) and once it has expired.
 /// - After the identity or the trust changes, the client's session cache starts empty: a
 ///   resumed session would present the old identity (TLS 1.3 resumption sends no certificate)
 ///   and skip checking the server against the new roots.
@@ -90,6 +97,15 @@ pub struct ClientStatus {
     pub last_error: Option<Arc<Error>>,
     /// SHA-256 fingerprints of the roots servers are trusted with now.
     pub root_fingerprints_sha256: Vec<String>,
+    /// Whether the presented certificate is inside the expiry-warning window
+    /// ([`Policy::expiry_warning`]) or past its end.
+    pub expiring: bool,
+    /// Whether the presented certificate has expired ([`Error::ServedExpired`] in
+    /// [`last_error`](Self::last_error)).
+    pub expired: bool,
+    /// Whether the source panicked and was dropped: the identity keeps being presented and
+    /// will not rotate.
+    pub stopped: bool,
     /// Whether the task still runs.
     pub running: bool,
 }
@@ -145,8 +161,9 @@ impl ClientTlsBuilder {
             .ok_or(Error::NoCryptoProvider)?;
         let policy = self.policy.unwrap_or_default().purpose(Purpose::ClientAuth);
         let validator = Validator::new(Arc::clone(&provider), policy);
+        let gone = CancellationToken::new();
         let parts = Arc::new(Parts {
-            identity: Arc::new(Identity::default()),
+            identity: Arc::new(Identity::new(gone.clone())),
             verifier: Arc::new(Verifier::new(&provider)),
             sessions: Arc::new(Sessions::default()),
         });
@@ -155,18 +172,28 @@ impl ClientTlsBuilder {
             running: true,
             ..ClientStatus::default()
         });
-        tokio::spawn(run(
-            source.dedup().boxed_source(),
-            validator,
-            Task {
-                identity: Arc::downgrade(&parts.identity),
-                verifier: Arc::clone(&parts.verifier),
-                sessions: Arc::clone(&parts.sessions),
-            },
-            tx,
-            token.clone(),
-            Arc::clone(&provider),
-        ));
+        let mut inputs = Inputs::default();
+        inputs.route(0, source.boxed_source());
+        let clock = Arc::clone(validator.clock());
+        let engine = Engine::new(validator, vec![Kind::Client], None);
+        let client = Client {
+            identity: Arc::downgrade(&parts.identity),
+            verifier: Arc::clone(&parts.verifier),
+            sessions: Arc::clone(&parts.sessions),
+            provider: Arc::clone(&provider),
+            status: tx.clone(),
+            roots: Vec::new(),
+        };
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            let run = task::run(engine, inputs, client, clock, cancel, gone);
+            let ended = AssertUnwindSafe(run).catch_unwind().await;
+            if let Err(panic) = &ended {
+                let message = tls_source::panic_message(panic.as_ref());
+                tracing::error!(panic = %message, "client certificate task stopped; presenting the current identity, which will not rotate");
+            }
+            tx.send_modify(|s| s.running = false);
+        });
         Ok(ClientTls {
             provider,
             parts,
@@ -235,77 +262,64 @@ impl fmt::Debug for ClientTls {
     }
 }
 
-/// What the task writes to. Weak on the identity, which every handle and config holds: when
-/// it is gone, nothing presents what the task would install.
-struct Task {
+/// The client side's effects: the identity, the roots, the sessions, the status.
+struct Client {
+    /// Weak: every handle and config holds the identity; when it is gone, nothing presents
+    /// what the task would install.
     identity: Weak<Identity>,
     verifier: Arc<Verifier>,
     sessions: Arc<Sessions>,
+    provider: Arc<CryptoProvider>,
+    status: watch::Sender<ClientStatus>,
+    /// The fingerprints of the roots trusted now.
+    roots: Vec<String>,
 }
 
-/// Installs each good bundle: identity, roots, a fresh session cache.
-async fn run(
-    mut source: tls_source::BoxCertSource,
-    validator: Validator,
-    task: Task,
-    status: watch::Sender<ClientStatus>,
-    token: CancellationToken,
-    provider: Arc<CryptoProvider>,
-) {
-    let mut installed = None;
-    let mut gone = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        let item = tokio::select! {
-            () = token.cancelled() => break,
-            _ = gone.tick() => {
-                if task.identity.strong_count() == 0 {
-                    break;
-                }
-                continue;
-            }
-            item = source.next() => match item {
-                Some(item) => item,
-                None => break,
-            },
+impl Apply for Client {
+    const METRICS: bool = false;
+
+    fn install(&mut self, _slot: Option<&Arc<Slot>>, validated: &crate::Validated) {
+        let Some(identity) = self.identity.upgrade() else {
+            return;
         };
-        let Some(identity) = task.identity.upgrade() else {
-            break;
-        };
-        let validated = item
-            .map_err(Error::Source)
-            .and_then(|bundle| validator.validate(&bundle));
-        let roots = |v: &crate::Validated| {
-            Verifier::for_roots(v.ca(), &provider).map_err(|reason| Error::Untrusted {
-                origin: v.info().origin.clone(),
-                reason,
-            })
-        };
-        match validated.and_then(|v| roots(&v).map(|r| (v, r))) {
-            Ok((validated, (verifier, fingerprints))) => {
-                if installed == Some(validated.digest()) {
-                    status.send_modify(|s| s.last_error = None);
-                    continue;
-                }
-                installed = Some(validated.digest());
+        // The engine checked that the roots make a verifier (`Rule::ServerRoots`).
+        match Verifier::for_roots(validated.ca(), &self.provider) {
+            Ok((verifier, fingerprints)) => {
                 identity.store(Arc::clone(validated.certified_key()));
-                task.verifier.store(verifier);
+                self.verifier.store(verifier);
                 // Nothing resumed from before: old identity, old roots.
-                task.sessions.clear();
-                let info = validated.info().clone();
-                tracing::info!(fingerprint = %info.fingerprint_sha256, origin = %info.origin, roots = fingerprints.len(), "client certificate installed");
-                status.send_modify(|s| {
-                    s.current = Some(info);
-                    s.generation += 1;
-                    s.last_error = None;
-                    s.root_fingerprints_sha256 = fingerprints;
-                });
+                self.sessions.clear();
+                tracing::info!(fingerprint = %validated.info().fingerprint_sha256, roots = fingerprints.len(), "client certificate and roots installed");
+                self.roots = fingerprints;
             }
-            Err(err) => {
-                tracing::warn!(error = %err, "client certificate rejected; keeping the current one");
-                status.send_modify(|s| s.last_error = Some(Arc::new(err)));
+            Err(reason) => {
+                tracing::error!(error = %reason, "client roots cannot be used; keeping the current identity");
             }
         }
     }
-    drop(source);
-    status.send_modify(|s| s.running = false);
+
+    fn table(&mut self, _table: Table) {}
+
+    fn trust(&mut self, _roots: &[CertificateDer<'static>], _invalidate: bool) {}
+
+    fn publish(&mut self, publish: Publish) {
+        let roots = &self.roots;
+        self.status.send_if_modified(|s| {
+            let Some((_, route)) = publish
+                .routes
+                .into_iter()
+                .find(|(label, _)| label.is_none())
+            else {
+                return false;
+            };
+            s.current = route.current;
+            s.generation = route.generation;
+            s.last_error = route.last_error;
+            s.expiring = route.expiring;
+            s.expired = route.expired;
+            s.stopped = route.stopped;
+            s.root_fingerprints_sha256.clone_from(roots);
+            true
+        });
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures::Stream;
@@ -15,7 +15,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
 
 use crate::CertResolver;
-use crate::status::TrustedCa;
+use crate::engine::TrustSet;
 
 /// How many resumable sessions the server keeps (rustls's own default for its cache).
 const SESSIONS: usize = 256;
@@ -111,159 +111,76 @@ impl ClientAuth {
     }
 }
 
-/// A CA the server trusts, and, once it left the bundle, until when.
-#[derive(Clone)]
-struct Ca {
-    der: CertificateDer<'static>,
-    fingerprint: String,
-    leaves_at: Option<SystemTime>,
-}
-
-/// What the reload task keeps for client authentication.
-pub(crate) struct Trust {
-    auth: ClientAuth,
+/// The config side of client authentication, owned by the reload task: builds the
+/// `ServerConfig` for the CAs the engine's [`TrustSet`] trusts and stores it where every new
+/// connection loads it.
+pub(crate) struct TrustConfig {
+    configure: Option<Configure>,
     provider: Arc<CryptoProvider>,
     /// Weak, as everything the task holds: the task ends when the handles and resolver are gone.
     resolver: Weak<CertResolver>,
-    cas: Vec<Ca>,
     sessions: Arc<dyn StoresServerSessions>,
     /// The config every new connection loads; the [`Reloader`](crate::Reloader) handles hold it.
     config: Weak<ArcSwap<ServerConfig>>,
     warned_ticketer: bool,
-    /// The trust is the served bundle's (no source of its own).
-    from_bundle: bool,
 }
 
-impl Trust {
+/// What [`TrustParts::new`] makes: the config side, the set the engine keeps, the source of
+/// its own (if any), and the config the handles share.
+pub(crate) struct TrustParts {
+    pub(crate) config: TrustConfig,
+    pub(crate) set: TrustSet,
+    pub(crate) source: Option<BoxStream<'static, TrustItem>>,
+    pub(crate) shared: Arc<ArcSwap<ServerConfig>>,
+}
+
+impl TrustParts {
     /// The trust before any bundle: nothing trusted, so every client is refused until the first
-    /// bundle is installed (no server accepts before that anyway). Returns the config to share.
+    /// bundle is installed (no server accepts before that anyway). Returns the set for the
+    /// engine, the source of its own and the config to share.
     pub(crate) fn new(
         auth: ClientAuth,
         provider: Arc<CryptoProvider>,
         resolver: &Arc<CertResolver>,
-    ) -> Result<(Self, Arc<ArcSwap<ServerConfig>>), rustls::Error> {
+    ) -> Result<Self, rustls::Error> {
         let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSIONS);
         let config = crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
         let shared = Arc::new(ArcSwap::from_pointee(config.clone()));
-        let mut trust = Self {
-            from_bundle: auth.source.is_none(),
-            auth,
+        let set = TrustSet::new(auth.overlap, auth.source.is_none());
+        let mut trust = TrustConfig {
+            configure: auth.configure,
             provider,
             resolver: Arc::downgrade(resolver),
-            cas: Vec::new(),
             sessions,
             config: Arc::downgrade(&shared),
             warned_ticketer: false,
         };
         trust.finish_and_store(config);
-        Ok((trust, shared))
+        Ok(Self {
+            config: trust,
+            set,
+            source: auth.source,
+            shared,
+        })
     }
+}
 
-    /// Whether the trust is the served bundle's CA certificates.
-    pub(crate) fn is_the_bundles(&self) -> bool {
-        self.from_bundle
-    }
-
-    /// The trust source of its own, for the driver to poll.
-    pub(crate) fn take_source(&mut self) -> Option<BoxStream<'static, TrustItem>> {
-        self.auth.source.take()
-    }
-
-    /// The CAs of a bundle just installed. Returns the earliest time a leaving CA must be
-    /// dropped, if any.
-    pub(crate) fn set(
-        &mut self,
-        cas: &[CertificateDer<'static>],
-        now: SystemTime,
-    ) -> Result<Option<SystemTime>, rustls::Error> {
-        let mut changed = false;
-        let mut removed = false;
-        for ca in &mut self.cas {
-            let kept = cas.contains(&ca.der);
-            match (kept, ca.leaves_at) {
-                (true, Some(_)) => {
-                    ca.leaves_at = None;
-                    changed = true;
-                }
-                (false, None) => {
-                    // Saturating: `overlap(Duration::MAX)` keeps it until the year 9999.
-                    ca.leaves_at = Some(tls_source::clock::saturating_add(now, self.auth.overlap));
-                    changed = true;
-                }
-                _ => {}
-            }
-        }
-        for der in cas {
-            if !self.cas.iter().any(|ca| &ca.der == der) {
-                self.cas.push(Ca {
-                    fingerprint: tls_source::Digest::of(der).to_string(),
-                    der: der.clone(),
-                    leaves_at: None,
-                });
-                changed = true;
-            }
-        }
-        if self.auth.overlap.is_zero() {
-            removed = self.drop_left(now);
-        }
-        if changed || removed {
-            self.rebuild(removed)?;
-        }
-        Ok(self.next_leave())
-    }
-
-    /// Drops the CAs whose overlap is over. Returns the next deadline, if any.
-    pub(crate) fn expire(&mut self, now: SystemTime) -> Result<Option<SystemTime>, rustls::Error> {
-        if self.drop_left(now) {
-            self.rebuild(true)?;
-        }
-        Ok(self.next_leave())
-    }
-
-    /// Whether any CA is trusted (before the first, every client is refused).
-    pub(crate) fn trusts_any(&self) -> bool {
-        !self.cas.is_empty()
-    }
-
-    /// The trusted CAs, for the status.
-    pub(crate) fn status(&self) -> Vec<TrustedCa> {
-        self.cas
-            .iter()
-            .map(|ca| TrustedCa {
-                fingerprint_sha256: ca.fingerprint.clone(),
-                leaves_at: ca.leaves_at,
-            })
-            .collect()
-    }
-
-    fn drop_left(&mut self, now: SystemTime) -> bool {
-        let before = self.cas.len();
-        self.cas.retain(|ca| {
-            let gone = ca.leaves_at.is_some_and(|at| at <= now);
-            if gone {
-                tracing::info!(fingerprint = %ca.fingerprint, "client CA no longer trusted; sessions from before must authenticate again");
-            }
-            !gone
-        });
-        self.cas.len() != before
-    }
-
-    fn next_leave(&self) -> Option<SystemTime> {
-        self.cas.iter().filter_map(|ca| ca.leaves_at).min()
-    }
-
-    /// Builds the config for the CAs now trusted. When a CA left, the session store is
+impl TrustConfig {
+    /// Builds the config for `roots`. With `invalidate` (a CA left) the session store is
     /// replaced: no session from before can be resumed.
-    fn rebuild(&mut self, invalidate: bool) -> Result<(), rustls::Error> {
+    pub(crate) fn apply(
+        &mut self,
+        roots: &[CertificateDer<'static>],
+        invalidate: bool,
+    ) -> Result<(), rustls::Error> {
         if invalidate {
             self.sessions = ServerSessionMemoryCache::new(SESSIONS);
         }
         let Some(resolver) = self.resolver.upgrade() else {
             return Ok(()); // Nothing is served any more.
         };
-        let roots: Vec<_> = self.cas.iter().map(|ca| ca.der.clone()).collect();
         let config =
-            crate::tls::mtls_server_config(&self.provider, &resolver, &roots, &self.sessions)?;
+            crate::tls::mtls_server_config(&self.provider, &resolver, roots, &self.sessions)?;
         self.finish_and_store(config);
         tracing::info!(trusted = roots.len(), "client CAs changed");
         Ok(())
@@ -271,7 +188,7 @@ impl Trust {
 
     fn finish_and_store(&mut self, mut config: ServerConfig) {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        if let Some(configure) = &self.auth.configure {
+        if let Some(configure) = &self.configure {
             configure(&mut config);
         }
         // The store that can be invalidated, whatever the hook did.

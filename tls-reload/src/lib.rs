@@ -117,7 +117,7 @@
 mod accept;
 mod client;
 mod client_auth;
-mod driver;
+mod engine;
 mod error;
 #[cfg(feature = "__test-hooks")]
 #[doc(hidden)]
@@ -126,6 +126,7 @@ mod metrics;
 mod policy;
 mod reloader;
 mod status;
+mod task;
 mod tls;
 mod validate;
 

@@ -19,9 +19,9 @@ use tls_source::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::client_auth::{ClientAuth, Trust};
-use crate::driver::{Driver, Plan};
+use crate::client_auth::{ClientAuth, TrustParts};
 use crate::status::Ended;
+use crate::task::{self, Plan, Server};
 use crate::tls::{self, CertResolver, RouteName};
 use crate::{Error, NotReady, Policy, Status, Validator};
 
@@ -253,27 +253,38 @@ impl Builder {
             ..Status::default()
         });
         let validator = Validator::new(Arc::clone(&provider), self.policy).with_clock(self.clock);
-        let (trust, tls_config) =
-            match self.client_auth {
-                Some(auth) => {
-                    let (trust, shared) = Trust::new(auth, Arc::clone(&provider), &resolver)
-                        .map_err(|e| Error::ClientAuthConfig {
+        let (trust, tls_config) = match self.client_auth {
+            Some(auth) => {
+                let parts =
+                    TrustParts::new(auth, Arc::clone(&provider), &resolver).map_err(|e| {
+                        Error::ClientAuthConfig {
                             reason: e.to_string(),
-                        })?;
-                    (Some(trust), Some(shared))
-                }
-                None => (None, None),
-            };
+                        }
+                    })?;
+                (
+                    Some((parts.set, parts.config, parts.source)),
+                    Some(parts.shared),
+                )
+            }
+            None => (None, None),
+        };
+        let clock = Arc::clone(validator.clock());
         let plan = Plan {
             default,
             named,
             keyed: self.keyed,
             trust,
         };
-        let (driver, inputs) = Driver::new(validator, Arc::downgrade(&resolver), tx.clone(), plan);
+        let (engine, inputs, trust) = plan.start(validator);
+        let server = Server {
+            resolver: Arc::downgrade(&resolver),
+            trust,
+            status: tx.clone(),
+        };
         let cancel = token.clone();
         let inner = async move {
-            let run = AssertUnwindSafe(driver.run(inputs, cancel, gone)).catch_unwind();
+            let run = AssertUnwindSafe(task::run(engine, inputs, server, clock, cancel, gone))
+                .catch_unwind();
             let ended = match run.await {
                 Ok(ended) => ended,
                 Err(panic) => Ended::Panicked {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
@@ -50,6 +51,23 @@ pub struct Validated {
     digest: Digest,
 }
 
+/// What a kind of route needs beyond the policy ([`Validator::validate_as`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rule<'a> {
+    /// The policy only: the default route.
+    Policy,
+    /// The default route when client CAs come from the served bundle: it must carry some
+    /// ([`Error::NoClientCa`]).
+    ClientCa,
+    /// A named SNI route: the leaf covers the name.
+    Name(&'a str),
+    /// A keyed route, served by its leaf's DNS names: it has some ([`Error::NoNames`]).
+    Names,
+    /// A client identity ([`ClientTls`](crate::ClientTls)): its CA certificates are the roots
+    /// servers are trusted with, so they must make a verifier ([`Error::Untrusted`]).
+    ServerRoots,
+}
+
 // ===== impl Validator =====
 
 impl Validator {
@@ -92,7 +110,7 @@ impl Validator {
     /// [`Error::KeyMismatch`], [`Error::Expired`], [`Error::NotYetValid`], [`Error::Purpose`],
     /// [`Error::NameNotCovered`], [`Error::ChainOrder`], [`Error::Untrusted`].
     pub fn validate(&self, bundle: &CertBundle) -> Result<Validated, Error> {
-        self.check(bundle, None)
+        self.check(bundle, None, self.clock.now())
     }
 
     /// Like [`validate`](Self::validate), and the leaf must also cover `name`: a DNS name, an IP
@@ -102,10 +120,47 @@ impl Validator {
     /// # Errors
     /// As [`validate`](Self::validate).
     pub fn validate_for(&self, bundle: &CertBundle, name: &str) -> Result<Validated, Error> {
-        self.check(bundle, Some(name))
+        self.check(bundle, Some(name), self.clock.now())
     }
 
-    fn check(&self, bundle: &CertBundle, route: Option<&str>) -> Result<Validated, Error> {
+    /// What a route of the reload engine checks: the policy at `now`, then the [`Rule`] of the
+    /// route's kind.
+    pub(crate) fn validate_as(
+        &self,
+        bundle: &CertBundle,
+        rule: &Rule<'_>,
+        now: SystemTime,
+    ) -> Result<Validated, Error> {
+        let origin = || bundle.origin().clone();
+        match rule {
+            Rule::Policy => self.check(bundle, None, now),
+            Rule::ClientCa if bundle.ca().is_empty() => Err(Error::NoClientCa { origin: origin() }),
+            Rule::ClientCa => self.check(bundle, None, now),
+            Rule::Name(name) => self.check(bundle, Some(name), now),
+            Rule::Names => self.check(bundle, None, now).and_then(|v| {
+                if v.info.dns_names.is_empty() {
+                    Err(Error::NoNames { origin: origin() })
+                } else {
+                    Ok(v)
+                }
+            }),
+            Rule::ServerRoots => self.check(bundle, None, now).and_then(|v| {
+                tls::client::Verifier::for_roots(&v.ca, &self.provider)
+                    .map_err(|reason| Error::Untrusted {
+                        origin: origin(),
+                        reason,
+                    })
+                    .map(|_| v)
+            }),
+        }
+    }
+
+    fn check(
+        &self,
+        bundle: &CertBundle,
+        route: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Validated, Error> {
         let origin = bundle.origin();
         let chain = bundle.chain();
         let leaf = bundle.leaf().ok_or_else(|| Error::EmptyChain {
@@ -135,7 +190,6 @@ impl Validator {
         };
         let parsed = parse(leaf, "the leaf")?;
         let certified = tls::certify(bundle, &self.provider)?;
-        let now = self.clock.now();
         match Validity::at(now, parsed.not_before, parsed.not_after) {
             Validity::Expired if self.policy.rejects_expired() => {
                 return Err(Error::Expired {

@@ -14,6 +14,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+use tokio_util::sync::CancellationToken;
+
 use super::Signatures;
 
 /// How many sessions the client keeps for resumption (rustls's default).
@@ -37,6 +39,15 @@ pub(crate) fn client_config(
 }
 
 impl Identity {
+    /// Presents nothing until [`store`](Self::store); `gone` is cancelled when the identity
+    /// is dropped (every handle and config of the client is gone).
+    pub(crate) fn new(gone: CancellationToken) -> Self {
+        Self {
+            current: ArcSwapOption::empty(),
+            gone,
+        }
+    }
+
     /// Presents `key` from now on.
     pub(crate) fn store(&self, key: Arc<CertifiedKey>) {
         self.current.store(Some(key));
@@ -102,9 +113,16 @@ impl Default for Sessions {
 }
 
 /// The client certificate presented now.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Identity {
     current: ArcSwapOption<CertifiedKey>,
+    gone: CancellationToken,
+}
+
+impl Drop for Identity {
+    fn drop(&mut self) {
+        self.gone.cancel();
+    }
 }
 
 impl ResolvesClientCert for Identity {

@@ -1,0 +1,186 @@
+//! What the engine tells the outside: each [`Event`] is one `tracing` event and its metrics,
+//! emitted together by [`Event::emit`], so a log line and a counter cannot drift apart.
+
+use std::sync::Arc;
+
+use tls_source::Origin;
+
+use crate::error::Rfc3339;
+use crate::status::CertInfo;
+use crate::{Error, metrics};
+
+/// Something that happened to a route or to the trust, for the log and the metrics.
+#[derive(Debug, Clone)]
+pub(crate) enum Event {
+    /// A certificate was installed (its status says whether it expires soon).
+    Installed {
+        route: Option<String>,
+        info: CertInfo,
+        generation: u64,
+        expiring: bool,
+    },
+    /// A bundle was dropped unchecked: a newer one for its route came in the same batch.
+    Superseded { origin: Origin },
+    /// The source gave the installed material again after an error.
+    Recovered {
+        route: Option<String>,
+        origin: Origin,
+    },
+    /// A bundle was refused; the route keeps what it serves.
+    Rejected {
+        route: Option<String>,
+        error: Arc<Error>,
+    },
+    /// The route's source reported an error.
+    SourceError {
+        route: Option<String>,
+        error: Arc<Error>,
+    },
+    /// A keyed source reported an error about no one route.
+    KeyedSourceError { error: Arc<Error> },
+    /// A source panicked and was dropped (`routes`: the routes it fed).
+    SourcePanicked {
+        routes: Vec<Option<String>>,
+        message: String,
+    },
+    /// The client-CA source panicked and was dropped.
+    TrustSourcePanicked { message: String },
+    /// The client-CA source's input was refused.
+    TrustRejected { reason: String },
+    /// A client CA's overlap ended.
+    CaLeft { fingerprint: String },
+    /// A keyed route's key is gone.
+    RouteRemoved { route: String },
+    /// A name is served by an earlier route already.
+    NameTaken { route: Option<String>, name: String },
+    /// The served certificate entered its expiry-warning window without being replaced.
+    ExpiringNotReplaced {
+        route: Option<String>,
+        info: CertInfo,
+    },
+    /// The served certificate expired.
+    ServedExpired {
+        route: Option<String>,
+        error: Arc<Error>,
+    },
+    /// Readiness changed (or was first computed).
+    Ready(bool),
+}
+
+/// A `tracing` event about a route's certificate, with the fields every such event carries.
+macro_rules! cert_event {
+    ($level:ident, $info:expr, $route:expr, $($rest:tt)+) => {
+        tracing::$level!(
+            fingerprint = %$info.fingerprint_sha256,
+            not_after = %Rfc3339($info.not_after),
+            origin = %$info.origin,
+            route = $route.as_deref(),
+            $($rest)+
+        )
+    };
+}
+
+impl Event {
+    /// Logs the event and, with `metrics`, records its metrics (the client side records none:
+    /// its routes are not the server's).
+    pub(crate) fn emit(&self, with_metrics: bool) {
+        let m = with_metrics;
+        match self {
+            Self::Installed {
+                route,
+                info,
+                generation,
+                expiring,
+            } => {
+                cert_event!(info, info, route, generation, "certificate installed");
+                if *expiring {
+                    cert_event!(warn, info, route, "installed certificate expires soon");
+                }
+                if m {
+                    metrics::installed(route.as_deref(), info);
+                }
+            }
+            Self::Superseded { origin } => {
+                tracing::debug!(%origin, "certificate superseded by a newer one before it was checked");
+            }
+            Self::Recovered { route, origin } => {
+                tracing::info!(%origin, route = route.as_deref(), "certificate source recovered; certificate unchanged");
+                if m {
+                    metrics::recovered(route.as_deref());
+                }
+            }
+            Self::Rejected { route, error } => {
+                if let Error::Internal {
+                    origin, message, ..
+                } = &**error
+                {
+                    tracing::error!(route = route.as_deref().unwrap_or("default"), %origin, panic = %message, "checking a certificate panicked; rejected, keeping the current certificate");
+                } else {
+                    tracing::warn!(error = %error, route = route.as_deref(), "certificate rejected; keeping the current certificate");
+                }
+                if m {
+                    metrics::rejected(route.as_deref(), error.reason());
+                }
+            }
+            Self::SourceError { route, error } => {
+                tracing::warn!(error = %error, route = route.as_deref(), "certificate source error; keeping the current certificate");
+                if m {
+                    metrics::source_error(route.as_deref());
+                    if error.is_undecodable_input() {
+                        metrics::rejected(route.as_deref(), error.reason());
+                    }
+                }
+            }
+            Self::KeyedSourceError { error } => {
+                tracing::warn!(error = %error, "certificate source error; keeping the current certificates");
+                if m {
+                    metrics::source_error(None);
+                }
+            }
+            Self::SourcePanicked { routes, message } => {
+                let names: Vec<&str> = routes
+                    .iter()
+                    .map(|r| r.as_deref().unwrap_or("default"))
+                    .collect();
+                tracing::error!(routes = ?names, panic = %message, "a certificate source panicked and was dropped; its routes keep their certificates and will not rotate");
+                if m {
+                    for route in routes {
+                        metrics::rejected(route.as_deref(), "internal");
+                    }
+                }
+            }
+            Self::TrustSourcePanicked { message } => {
+                tracing::error!(panic = %message, "the client CA source panicked and was dropped; keeping the trusted CAs, which will not change again");
+                if m {
+                    metrics::rejected(None, "internal");
+                }
+            }
+            Self::TrustRejected { reason } => {
+                tracing::warn!(error = %reason, "client CA source: keeping the trusted CAs");
+            }
+            Self::CaLeft { fingerprint } => {
+                tracing::info!(%fingerprint, "client CA no longer trusted; sessions from before must authenticate again");
+            }
+            Self::RouteRemoved { route } => tracing::info!(route, "route removed"),
+            Self::NameTaken { route, name } => {
+                tracing::debug!(route = route.as_deref(), %name, "name already served by another route");
+            }
+            Self::ExpiringNotReplaced { route, info } => {
+                cert_event!(
+                    warn,
+                    info,
+                    route,
+                    "the served certificate expires soon and has not been replaced"
+                );
+            }
+            Self::ServedExpired { route, error } => {
+                tracing::warn!(error = %error, route = route.as_deref(), "the served certificate has expired");
+            }
+            Self::Ready(ready) => {
+                if m {
+                    metrics::ready(*ready);
+                }
+            }
+        }
+    }
+}

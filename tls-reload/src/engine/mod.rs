@@ -1,0 +1,598 @@
+//! The reload engine: every route's state and every decision of the reload core, with no I/O,
+//! no timers and no clock of its own. Inputs and `now` go in ([`Engine::batch`],
+//! [`Engine::due`]); [`Effect`]s come out, in the order they must be applied: install a
+//! certificate, rebuild the SNI table, change the client trust, publish the status, arm or
+//! cancel a timer, emit an event. The task ([`crate::task`]) owns the sources and the timers
+//! and applies the effects; tests drive the engine with a stepped clock.
+//!
+//! The one ordering rule: a batch's status is published last, after its installs and its
+//! table, so that a status never says a certificate is in before the resolver serves it.
+
+mod events;
+mod input;
+mod routes;
+#[cfg(test)]
+mod tests;
+mod trust;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rustls::pki_types::CertificateDer;
+use tls_source::clock::{Validity, saturating_add};
+use tls_source::{CertBundle, Keyed, KeyedUpdate, panic_message};
+
+pub(crate) use events::Event;
+pub(crate) use input::{Input, Place};
+pub(crate) use routes::Kind;
+pub(crate) use trust::TrustSet;
+
+use crate::client_auth::TrustItem;
+use crate::status::{RouteStatus, TrustedCa};
+use crate::tls::{RouteName, Slot, Table};
+use crate::{Error, Validated, Validator};
+use routes::Routes;
+
+/// A route's place in the engine: static routes first (in the order given to
+/// [`Engine::new`]), then keyed ones.
+pub(crate) type RouteId = usize;
+
+/// What a timer is for: one entry per thing that can be due, so a timer names what it is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Due {
+    /// A not-yet-valid bundle of the route is tried again.
+    Retry(RouteId),
+    /// The route's certificate enters the expiry-warning window.
+    Expiring(RouteId),
+    /// The route's certificate expires.
+    Expired(RouteId),
+    /// The next client CA to leave does (the end of its overlap).
+    TrustLeaves,
+}
+
+/// What the engine asks of the task, in order.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Serve a certificate: in the route's slot of the SNI table, or (`None`) as the default
+    /// (on the client side: as the identity, its CA certificates the roots).
+    Install {
+        slot: Option<Arc<Slot>>,
+        validated: Validated,
+    },
+    /// The SNI table to serve from now on.
+    Table(Table),
+    /// The client CAs to trust from now on; with `invalidate` (a CA left), no session from
+    /// before may be resumed.
+    Trust {
+        roots: Vec<CertificateDer<'static>>,
+        invalidate: bool,
+    },
+    /// The end of a batch: what the status must show.
+    Publish(Publish),
+    /// Call [`Engine::due`] once the clock reaches the time (replacing any timer for it).
+    Arm(Due, SystemTime),
+    /// Forget the timer.
+    Cancel(Due),
+    /// Log it, count it.
+    Event(Event),
+}
+
+/// The status changes of a batch.
+#[derive(Debug, Default)]
+pub(crate) struct Publish {
+    pub(crate) ready: bool,
+    /// The routes whose status changed (`None`: the default route, the top-level fields).
+    pub(crate) routes: Vec<(Option<String>, RouteStatus)>,
+    /// The labels of routes removed.
+    pub(crate) removed: Vec<String>,
+    /// The trusted client CAs and the trust source's error, when they changed.
+    pub(crate) trust: Option<(Vec<TrustedCa>, Option<Arc<Error>>)>,
+}
+
+/// Every route's state, and what to do about each input.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    validator: Validator,
+    routes: Routes,
+    /// With client authentication: the trusted CAs.
+    trust: Option<TrustSet>,
+    /// Why the client-CA source's last input was not taken.
+    trust_error: Option<Arc<Error>>,
+    /// What the batch changed, published at its end.
+    changed: Vec<RouteId>,
+    removed: Vec<String>,
+    table_dirty: bool,
+    trust_dirty: bool,
+    out: Vec<Effect>,
+}
+
+// ===== impl Engine =====
+
+impl Engine {
+    /// An engine for the static routes `statics` (`RouteId` 0, 1, … in this order) and, with
+    /// client authentication, the trust.
+    pub(crate) fn new(validator: Validator, statics: Vec<Kind>, trust: Option<TrustSet>) -> Self {
+        let routes = Routes::new(statics);
+        Self {
+            validator,
+            // The static routes are in the status from the start.
+            changed: routes.statics().collect(),
+            routes,
+            trust,
+            trust_error: None,
+            removed: Vec::new(),
+            table_dirty: true,
+            trust_dirty: false,
+            out: Vec::new(),
+        }
+    }
+
+    /// The effects before any input: the empty table, the static routes in the status.
+    pub(crate) fn start(&mut self) -> Vec<Effect> {
+        self.finish()
+    }
+
+    /// Handles a batch of inputs in order; of several bundles for one route only the last is
+    /// considered (latest wins), and anything newer for a route cancels its pending retry.
+    pub(crate) fn batch(&mut self, batch: Vec<Input>, now: SystemTime) -> Vec<Effect> {
+        let superseded = input::superseded(&batch);
+        for (input, superseded) in batch.into_iter().zip(superseded) {
+            self.input(input, superseded, now);
+        }
+        self.finish()
+    }
+
+    /// A batch that came when the clock could not be read (it panicked, with `message`): its
+    /// bundles cannot be judged and are rejected ([`Error::Internal`]); the rest is handled
+    /// at `fallback`.
+    pub(crate) fn unjudged(
+        &mut self,
+        batch: Vec<Input>,
+        message: &str,
+        fallback: SystemTime,
+    ) -> Vec<Effect> {
+        for input in batch {
+            let (id, bundle) = match input {
+                Input::Route(id, Ok(bundle)) => (id, bundle),
+                Input::Keyed(
+                    source,
+                    Ok(Keyed {
+                        key,
+                        update: KeyedUpdate::Put(bundle),
+                    }),
+                ) => (self.routes.keyed(source, key), bundle),
+                other => {
+                    self.input(other, false, fallback);
+                    continue;
+                }
+            };
+            self.cancel_retry(id);
+            let route = self.routes.label(id);
+            let error = Arc::new(Error::Internal {
+                route: route.clone().unwrap_or_else(|| "default".to_owned()),
+                origin: bundle.origin().clone(),
+                message: message.to_owned(),
+            });
+            self.event(Event::Rejected {
+                route,
+                error: Arc::clone(&error),
+            });
+            self.record(id, error);
+        }
+        self.finish()
+    }
+
+    fn input(&mut self, input: Input, superseded: bool, now: SystemTime) {
+        match input {
+            Input::Route(id, Ok(bundle)) => self.put(id, bundle, superseded, now),
+            Input::Route(id, Err(err)) => self.source_error(id, err),
+            Input::Keyed(source, Ok(Keyed { key, update })) => match update {
+                KeyedUpdate::Put(bundle) => {
+                    let id = self.routes.keyed(source, key);
+                    self.put(id, bundle, superseded, now);
+                }
+                KeyedUpdate::Invalid(err) => {
+                    let id = self.routes.keyed(source, key);
+                    self.source_error(id, err);
+                }
+                KeyedUpdate::Remove => self.remove_keyed(source, &key),
+                _ => {}
+            },
+            Input::Keyed(source, Err(err)) => {
+                let error = Arc::new(Error::Source(err));
+                self.event(Event::KeyedSourceError {
+                    error: Arc::clone(&error),
+                });
+                for id in self.routes.of_source(source) {
+                    self.record(id, Arc::clone(&error));
+                }
+            }
+            Input::Trust(item) if !superseded => self.trust_from_source(item, now),
+            Input::Trust(_) => {}
+            Input::Panicked(place, message) => self.source_panicked(place, message),
+        }
+    }
+
+    /// A timer armed by [`Effect::Arm`] is due. Called early (before the clock reaches the
+    /// time), it arms it again; a timer cancelled meanwhile does nothing.
+    pub(crate) fn due(&mut self, due: Due, now: SystemTime) -> Vec<Effect> {
+        match due {
+            Due::TrustLeaves => {
+                if let Some(trust) = self.trust.as_mut() {
+                    let change = trust.expire(now);
+                    self.trust_changed(change);
+                }
+            }
+            Due::Retry(id) => {
+                if let Some(route) = self.routes.get_mut(id)
+                    && let Some((at, bundle)) = route.retry.take()
+                {
+                    if now < at {
+                        route.retry = Some((at, bundle));
+                        self.out.push(Effect::Arm(due, at));
+                    } else {
+                        self.consider(id, bundle, now);
+                    }
+                }
+            }
+            Due::Expiring(id) => {
+                if let Some(route) = self.routes.get_mut(id)
+                    && let Some(at) = route.expiring_at.take()
+                {
+                    if now < at {
+                        route.expiring_at = Some(at);
+                        self.out.push(Effect::Arm(due, at));
+                    } else {
+                        route.status.expiring = true;
+                        if let Some(info) = route.status.current.clone() {
+                            let route = route.label.clone();
+                            self.event(Event::ExpiringNotReplaced { route, info });
+                        }
+                        self.changed.push(id);
+                    }
+                }
+            }
+            Due::Expired(id) => self.expired(id, now),
+        }
+        self.finish()
+    }
+
+    fn expired(&mut self, id: RouteId, now: SystemTime) {
+        let Some(route) = self.routes.get_mut(id) else {
+            return;
+        };
+        let (Some(at), Some(info)) = (route.expired_at.take(), route.status.current.as_ref())
+        else {
+            return;
+        };
+        if Validity::at(now, info.not_before, info.not_after) != Validity::Expired {
+            route.expired_at = Some(at);
+            self.out.push(Effect::Arm(Due::Expired(id), at));
+            return;
+        }
+        let error = Arc::new(Error::ServedExpired {
+            origin: info.origin.clone(),
+            not_after: info.not_after,
+        });
+        route.status.expired = true;
+        route.status.expiring = true;
+        route.status.last_error = Some(Arc::clone(&error));
+        let route = route.label.clone();
+        self.event(Event::ServedExpired { route, error });
+        self.changed.push(id);
+    }
+
+    fn put(&mut self, id: RouteId, bundle: CertBundle, superseded: bool, now: SystemTime) {
+        self.cancel_retry(id);
+        if superseded {
+            let origin = bundle.origin().clone();
+            self.event(Event::Superseded { origin });
+        } else {
+            self.consider(id, bundle, now);
+        }
+    }
+
+    fn source_error(&mut self, id: RouteId, err: tls_source::Error) {
+        self.cancel_retry(id);
+        let error = Arc::new(Error::Source(err));
+        let route = self.routes.label(id);
+        self.event(Event::SourceError {
+            route,
+            error: Arc::clone(&error),
+        });
+        self.record(id, error);
+    }
+
+    fn remove_keyed(&mut self, source: usize, key: &str) {
+        let Some((id, route)) = self.routes.remove_keyed(source, key) else {
+            return;
+        };
+        if route.retry.is_some() {
+            self.out.push(Effect::Cancel(Due::Retry(id)));
+        }
+        if route.expiring_at.is_some() {
+            self.out.push(Effect::Cancel(Due::Expiring(id)));
+        }
+        if route.expired_at.is_some() {
+            self.out.push(Effect::Cancel(Due::Expired(id)));
+        }
+        self.event(Event::RouteRemoved {
+            route: key.to_owned(),
+        });
+        if route.installed.is_some() {
+            self.table_dirty = true;
+        }
+        self.removed.push(key.to_owned());
+    }
+
+    /// Validates a bundle for its route and installs it, or records why not.
+    fn consider(&mut self, id: RouteId, bundle: CertBundle, now: SystemTime) {
+        let client_ca = self.trust.as_ref().is_some_and(TrustSet::is_the_bundles);
+        let Some(route) = self.routes.get_mut(id) else {
+            return;
+        };
+        if route.installed.as_ref().map(|(d, _)| *d) == Some(bundle.digest()) {
+            // The same material again, e.g. after a transient error: a recovery, not a rotation.
+            if !route.status.expired && route.status.last_error.take().is_some() {
+                let (route, origin) = (route.label.clone(), bundle.origin().clone());
+                self.event(Event::Recovered { route, origin });
+                self.changed.push(id);
+            }
+            return;
+        }
+        let route = &*route;
+        // Checking changes nothing, so a panic in it (a parser's) is contained here: the input
+        // is rejected and every route, timer and status stays as it was.
+        let checked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            #[cfg(feature = "__test-hooks")]
+            crate::hooks::before_check(&bundle);
+            self.validator
+                .validate_as(&bundle, &route.rule(client_ca), now)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(Error::Internal {
+                route: route.label.clone().unwrap_or_else(|| "default".to_owned()),
+                origin: bundle.origin().clone(),
+                message: panic_message(panic.as_ref()),
+            })
+        });
+        match checked {
+            Ok(validated) => self.install(id, validated, now),
+            Err(err) => {
+                let error = Arc::new(err);
+                let label = route.label.clone();
+                self.event(Event::Rejected {
+                    route: label,
+                    error: Arc::clone(&error),
+                });
+                if let Error::NotYetValid { not_before, .. } = &*error
+                    && let Some(route) = self.routes.get_mut(id)
+                {
+                    route.retry = Some((*not_before, bundle));
+                    self.out.push(Effect::Arm(Due::Retry(id), *not_before));
+                }
+                self.record(id, error);
+            }
+        }
+    }
+
+    fn install(&mut self, id: RouteId, validated: Validated, now: SystemTime) {
+        #[cfg(feature = "__test-hooks")]
+        crate::hooks::before_install(validated.info());
+        let window = self.validator.policy().expiry_warning_window();
+        let Some(route) = self.routes.get_mut(id) else {
+            return;
+        };
+        let info = validated.info().clone();
+        // Armed timers are replaced by the new ones, or cancelled.
+        let expiring_at = info.not_after.checked_sub(window).filter(|at| *at >= now);
+        let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
+        let expired_at =
+            (!expired).then(|| saturating_add(info.not_after, Duration::from_millis(1)));
+        for (due, at, armed) in [
+            (Due::Expiring(id), expiring_at, route.expiring_at.is_some()),
+            (Due::Expired(id), expired_at, route.expired_at.is_some()),
+        ] {
+            match at {
+                Some(at) => self.out.push(Effect::Arm(due, at)),
+                None if armed => self.out.push(Effect::Cancel(due)),
+                None => {}
+            }
+        }
+        route.expiring_at = expiring_at;
+        route.expired_at = expired_at;
+        let names: Vec<RouteName> = match &route.kind {
+            Kind::Keyed => info
+                .dns_names
+                .iter()
+                .filter_map(|n| RouteName::parse(n).ok())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if matches!(route.kind, Kind::Keyed)
+            && route.installed.as_ref().map(|(_, n)| n) != Some(&names)
+        {
+            self.table_dirty = true;
+        }
+        route.installed = Some((validated.digest(), names));
+        let status = &mut route.status;
+        status.generation += 1;
+        status.last_error = None;
+        status.expiring = expiring_at.is_none();
+        status.expired = expired;
+        if matches!(route.kind, Kind::Keyed) {
+            status.names.clone_from(&info.dns_names);
+        }
+        let event = Event::Installed {
+            route: route.label.clone(),
+            info: info.clone(),
+            generation: status.generation,
+            expiring: status.expiring,
+        };
+        status.current = Some(info);
+        let default = matches!(route.kind, Kind::Default);
+        let cas = default.then(|| validated.ca().to_vec());
+        self.out.push(Effect::Install {
+            slot: route.slot.clone(),
+            validated,
+        });
+        self.event(event);
+        self.changed.push(id);
+        if let Some(cas) = cas {
+            self.set_trust(&cas, now);
+        }
+    }
+
+    /// A source panicked and was dropped: its routes keep their certificates, and say they
+    /// will not rotate.
+    fn source_panicked(&mut self, place: Place, message: String) {
+        let ids = match place {
+            Place::Route(id) => vec![id],
+            Place::Keyed(source) => self.routes.of_source(source),
+            Place::Trust => {
+                self.trust_error = Some(Arc::new(Error::SourcePanicked {
+                    route: "client CAs".to_owned(),
+                    message: message.clone(),
+                }));
+                self.trust_dirty = true;
+                self.event(Event::TrustSourcePanicked { message });
+                return;
+            }
+        };
+        let routes = ids.iter().map(|id| self.routes.label(*id)).collect();
+        self.event(Event::SourcePanicked {
+            routes,
+            message: message.clone(),
+        });
+        for id in ids {
+            self.cancel_retry(id);
+            let label = self.routes.label(id);
+            if let Some(route) = self.routes.get_mut(id) {
+                route.status.stopped = true;
+            }
+            let error = Error::SourcePanicked {
+                route: label.unwrap_or_else(|| "default".to_owned()),
+                message: message.clone(),
+            };
+            self.record(id, Arc::new(error));
+        }
+    }
+
+    /// With client authentication from the bundle: the CAs of the default bundle just
+    /// installed become the trust (the certificate and its trust change in the same batch).
+    fn set_trust(&mut self, cas: &[CertificateDer<'static>], now: SystemTime) {
+        if let Some(trust) = self.trust.as_mut().filter(|t| t.is_the_bundles()) {
+            let change = trust.set(cas, now);
+            self.trust_changed(change);
+        }
+    }
+
+    /// What the trust source of its own yielded: the new trust once every certificate in it
+    /// parses; otherwise nothing changes.
+    fn trust_from_source(&mut self, item: TrustItem, now: SystemTime) {
+        let checked = item.map_err(|e| e.to_string()).and_then(|cas| {
+            if cas.is_empty() {
+                return Err("no CA certificate".to_owned());
+            }
+            for ca in &cas {
+                tls_source::x509::LeafInfo::parse(ca).map_err(|e| e.to_string())?;
+            }
+            Ok(cas)
+        });
+        match checked {
+            Ok(cas) => {
+                if self.trust_error.take().is_some() {
+                    self.trust_dirty = true;
+                }
+                if let Some(trust) = self.trust.as_mut() {
+                    let change = trust.set(&cas, now);
+                    self.trust_changed(change);
+                }
+            }
+            Err(reason) => {
+                self.trust_error = Some(Arc::new(Error::ClientCas {
+                    reason: reason.clone(),
+                }));
+                self.trust_dirty = true;
+                self.event(Event::TrustRejected { reason });
+            }
+        }
+    }
+
+    /// The trust changed: a config for the CAs trusted now, the status, the next CA's timer.
+    fn trust_changed(&mut self, change: trust::Change) {
+        let Some(trust) = self.trust.as_ref() else {
+            return;
+        };
+        if change.rebuild {
+            self.trust_dirty = true;
+            self.out.push(Effect::Trust {
+                roots: trust.roots(),
+                invalidate: change.invalidate,
+            });
+        }
+        let next = trust.next_leave();
+        for fingerprint in change.left {
+            self.event(Event::CaLeft { fingerprint });
+        }
+        self.out.push(match next {
+            Some(at) => Effect::Arm(
+                Due::TrustLeaves,
+                saturating_add(at, Duration::from_millis(1)),
+            ),
+            None => Effect::Cancel(Due::TrustLeaves),
+        });
+    }
+
+    fn cancel_retry(&mut self, id: RouteId) {
+        if let Some(route) = self.routes.get_mut(id)
+            && route.retry.take().is_some()
+        {
+            self.out.push(Effect::Cancel(Due::Retry(id)));
+        }
+    }
+
+    fn record(&mut self, id: RouteId, err: Arc<Error>) {
+        if let Some(route) = self.routes.get_mut(id) {
+            route.status.last_error = Some(err);
+            self.changed.push(id);
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        self.out.push(Effect::Event(event));
+    }
+
+    /// The end of a batch: the SNI table if its names changed, readiness, the status.
+    fn finish(&mut self) -> Vec<Effect> {
+        if std::mem::take(&mut self.table_dirty) {
+            let mut events = Vec::new();
+            let table = self.routes.table(&mut events);
+            self.out.extend(events.into_iter().map(Effect::Event));
+            self.out.push(Effect::Table(table));
+        }
+        // With client authentication, a server that trusts no CA yet refuses everyone.
+        let ready = self.routes.ready() && self.trust.as_ref().is_none_or(TrustSet::trusts_any);
+        self.event(Event::Ready(ready));
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.sort_unstable();
+        changed.dedup();
+        let routes = changed
+            .into_iter()
+            .filter_map(|id| self.routes.get(id))
+            .map(|route| (route.label.clone(), route.status.clone()))
+            .collect();
+        let trust = std::mem::take(&mut self.trust_dirty)
+            .then(|| self.trust.as_ref().map(TrustSet::status))
+            .flatten()
+            .map(|cas| (cas, self.trust_error.clone()));
+        self.out.push(Effect::Publish(Publish {
+            ready,
+            routes,
+            removed: std::mem::take(&mut self.removed),
+            trust,
+        }));
+        std::mem::take(&mut self.out)
+    }
+}

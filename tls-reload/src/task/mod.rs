@@ -1,0 +1,287 @@
+//! The reload task: the thin loop around the [`Engine`]. It owns the sources (one
+//! `SelectAll`, each source's panics caught) and the [`Timers`], hands the engine each batch
+//! of inputs and each due timer with the clock's `now`, and applies the effects it returns
+//! through an [`Apply`]: the server's resolver and status ([`Server`]), or the client side's
+//! identity ([`ClientTls`](crate::ClientTls)).
+
+mod timers;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+use futures::stream::{BoxStream, SelectAll};
+use futures::{FutureExt as _, StreamExt as _};
+use rustls::pki_types::CertificateDer;
+use tls_source::clock::Clock;
+use tls_source::{BoxCertSource, BoxKeyedCertSource, CertSourceExt as _, panic_message};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::client_auth::{TrustConfig, TrustItem};
+use crate::engine::{Effect, Engine, Input, Kind, Place, Publish, TrustSet};
+use crate::status::Ended;
+use crate::tls::{CertResolver, RouteName, Slot, Table};
+use crate::{Status, Validated, Validator};
+pub(crate) use timers::Timers;
+
+/// The most items taken from the sources in one go before the latest wins.
+const MAX_BATCH: usize = 64;
+
+/// Where the effects land.
+pub(crate) trait Apply {
+    /// Whether the events are counted in the metrics (the server's; the client side's are not).
+    const METRICS: bool;
+    /// Serve a validated certificate in `slot` (`None`: the default, or the client identity).
+    fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated);
+    /// Serve from this SNI table.
+    fn table(&mut self, table: Table);
+    /// Trust these client CAs.
+    fn trust(&mut self, roots: &[CertificateDer<'static>], invalidate: bool);
+    /// Show the batch's status changes.
+    fn publish(&mut self, publish: Publish);
+}
+
+/// The sources, each item tagged with where it goes.
+#[derive(Default)]
+pub(crate) struct Inputs(SelectAll<BoxStream<'static, Input>>);
+
+impl Inputs {
+    /// The source of static route `id`; unchanged material is skipped once, here.
+    pub(crate) fn route(&mut self, id: usize, source: BoxCertSource) {
+        self.0
+            .push(guarded(source.dedup(), Place::Route(id), move |item| {
+                Input::Route(id, item)
+            }));
+    }
+
+    /// Keyed source number `index`.
+    pub(crate) fn keyed(&mut self, index: usize, source: BoxKeyedCertSource) {
+        self.0
+            .push(guarded(source, Place::Keyed(index), move |item| {
+                Input::Keyed(index, item)
+            }));
+    }
+
+    /// The client-CA source of its own.
+    pub(crate) fn trust(&mut self, source: BoxStream<'static, TrustItem>) {
+        self.0.push(guarded(source, Place::Trust, Input::Trust));
+    }
+}
+
+/// What the builder hands the server's task.
+pub(crate) struct Plan {
+    pub(crate) default: Option<BoxCertSource>,
+    pub(crate) named: Vec<(RouteName, BoxCertSource)>,
+    pub(crate) keyed: Vec<BoxKeyedCertSource>,
+    /// With client authentication: the set, the config side, and the source of its own.
+    pub(crate) trust: Option<(TrustSet, TrustConfig, Option<BoxStream<'static, TrustItem>>)>,
+}
+
+/// The server's effects: the resolver and the status.
+pub(crate) struct Server {
+    /// Weak: the task must not keep the resolver alive (it ends when the resolver is gone).
+    pub(crate) resolver: Weak<CertResolver>,
+    pub(crate) trust: Option<TrustConfig>,
+    pub(crate) status: watch::Sender<Status>,
+}
+
+impl Plan {
+    /// The engine and its inputs: static routes are numbered in the order their sources are
+    /// tagged (the default first).
+    pub(crate) fn start(self, validator: Validator) -> (Engine, Inputs, Option<TrustConfig>) {
+        let mut inputs = Inputs::default();
+        let mut statics = Vec::new();
+        if let Some(source) = self.default {
+            inputs.route(statics.len(), source);
+            statics.push(Kind::Default);
+        }
+        for (name, source) in self.named {
+            inputs.route(statics.len(), source);
+            statics.push(Kind::Named(name));
+        }
+        for (index, source) in self.keyed.into_iter().enumerate() {
+            inputs.keyed(index, source);
+        }
+        let (set, config) = match self.trust {
+            Some((set, config, source)) => {
+                if let Some(source) = source {
+                    inputs.trust(source);
+                }
+                (Some(set), Some(config))
+            }
+            None => (None, None),
+        };
+        (Engine::new(validator, statics, set), inputs, config)
+    }
+}
+
+impl Apply for Server {
+    const METRICS: bool = true;
+
+    fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated) {
+        let certified = Arc::clone(validated.certified_key());
+        match slot {
+            Some(slot) => slot.store(Some(certified)),
+            None => {
+                if let Some(resolver) = self.resolver.upgrade() {
+                    resolver.store_default(certified);
+                }
+            }
+        }
+    }
+
+    fn table(&mut self, table: Table) {
+        if let Some(resolver) = self.resolver.upgrade() {
+            resolver.store_table(table);
+        }
+    }
+
+    fn trust(&mut self, roots: &[CertificateDer<'static>], invalidate: bool) {
+        if let Some(config) = self.trust.as_mut()
+            && let Err(err) = config.apply(roots, invalidate)
+        {
+            tracing::error!(error = %err, "cannot build the client-authentication config; keeping the previous one");
+        }
+    }
+
+    fn publish(&mut self, publish: Publish) {
+        let Publish {
+            ready,
+            routes,
+            removed,
+            trust,
+        } = publish;
+        self.status.send_if_modified(|s| {
+            let modified =
+                s.ready != ready || !removed.is_empty() || trust.is_some() || !routes.is_empty();
+            if let Some((cas, error)) = trust {
+                s.client_cas = cas;
+                s.client_ca_error = error;
+            }
+            s.ready = ready;
+            for label in &removed {
+                s.routes.remove(label);
+            }
+            for (label, status) in routes {
+                match label {
+                    None => s.set_default(&status),
+                    Some(label) => {
+                        s.routes.insert(label, status);
+                    }
+                }
+            }
+            modified
+        });
+    }
+}
+
+/// Runs `engine` until cancelled, `gone` (every handle is gone), or every source has ended.
+pub(crate) async fn run<A: Apply>(
+    mut engine: Engine,
+    mut inputs: Inputs,
+    mut apply: A,
+    clock: Arc<dyn Clock>,
+    cancel: CancellationToken,
+    gone: CancellationToken,
+) -> Ended {
+    crate::metrics::describe();
+    let clock = Contained(clock);
+    let mut timers = Timers::default();
+    let effects = engine.start();
+    apply_all(effects, &mut apply, &mut timers, &clock);
+    let ended = loop {
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => break Ended::Cancelled,
+            () = gone.cancelled() => break Ended::HandlesDropped,
+            Some(due) = timers.next(&clock), if !timers.is_empty() => {
+                let effects = engine.due(due, clock.now());
+                apply_all(effects, &mut apply, &mut timers, &clock);
+            }
+            item = inputs.0.next() => {
+                let Some(first) = item else { break Ended::SourcesEnded };
+                let mut batch = vec![first];
+                let mut ended = false;
+                while batch.len() < MAX_BATCH {
+                    match inputs.0.next().now_or_never() {
+                        Some(Some(item)) => batch.push(item),
+                        Some(None) => {
+                            ended = true;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                let effects = match clock.read() {
+                    Ok(now) => engine.batch(batch, now),
+                    Err(message) => engine.unjudged(batch, &message, SystemTime::now()),
+                };
+                apply_all(effects, &mut apply, &mut timers, &clock);
+                if ended {
+                    break Ended::SourcesEnded;
+                }
+            }
+        }
+    };
+    // The sources go first, so that "ended" means "dropped its sources".
+    drop(inputs);
+    ended
+}
+
+fn apply_all<A: Apply>(
+    effects: Vec<Effect>,
+    apply: &mut A,
+    timers: &mut Timers,
+    clock: &dyn Clock,
+) {
+    for effect in effects {
+        match effect {
+            Effect::Install { slot, validated } => apply.install(slot.as_ref(), &validated),
+            Effect::Table(table) => apply.table(table),
+            Effect::Trust { roots, invalidate } => apply.trust(&roots, invalidate),
+            Effect::Publish(publish) => apply.publish(publish),
+            Effect::Arm(due, at) => timers.arm(due, at, clock),
+            Effect::Cancel(due) => timers.cancel(due),
+            Effect::Event(event) => event.emit(A::METRICS),
+        }
+    }
+}
+
+/// The validator's clock, with a panic in it contained: a clock is code of the user's, read
+/// outside the engine's own containment.
+#[derive(Debug)]
+struct Contained(Arc<dyn Clock>);
+
+impl Contained {
+    fn read(&self) -> Result<SystemTime, String> {
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.now())).map_err(|panic| {
+            let message = panic_message(panic.as_ref());
+            tracing::error!(panic = %message, "the clock panicked; what needs it is refused");
+            message
+        })
+    }
+}
+
+impl Clock for Contained {
+    /// The clock's time, or the system's when it panics.
+    fn now(&self) -> SystemTime {
+        self.read().unwrap_or_else(|_| SystemTime::now())
+    }
+}
+
+/// A source's items as inputs, with a panic in its `poll_next` caught: the source is dropped
+/// and [`Input::Panicked`] says so, instead of the panic ending the reload task.
+fn guarded<S, F>(source: S, place: Place, tag: F) -> BoxStream<'static, Input>
+where
+    S: futures::Stream + Send + 'static,
+    F: Fn(S::Item) -> Input + Send + 'static,
+{
+    AssertUnwindSafe(source)
+        .catch_unwind()
+        .map(move |item| match item {
+            Ok(item) => tag(item),
+            Err(panic) => Input::Panicked(place, panic_message(panic.as_ref())),
+        })
+        .boxed()
+}
