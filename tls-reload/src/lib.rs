@@ -51,10 +51,10 @@
 //! - `accept` (default): [`Incoming`] and [`TlsConnection`] (tokio-rustls).
 //! - `axum`, `tonic`: [`Incoming`] as an `axum::serve::Listener`, [`TlsConnection`] as tonic's
 //!   `Connected`.
-//! - `k8s`, `self-signed`: re-export `tls-k8s` as `k8s` and `tls-selfsigned` as
-//!   `selfsigned`, so one dependency line covers Kubernetes Secrets and generated certificates.
-//!   The file source is always there ([`FileSource`]), as are [`rustls`], [`tls_source`] and
-//!   [`CancellationToken`].
+//! - The file source is always there ([`FileSource`]), as are [`rustls`], [`tls_source`] and
+//!   [`CancellationToken`]. This crate knows no particular source: Kubernetes Secrets
+//!   (`tls-k8s`) and generated certificates (`tls-selfsigned`) come through the facade crate
+//!   `tls-rotation` (features `k8s`, `self-signed`), the one dependency line a user writes.
 //! - `ring`, `aws-lc-rs`: rustls's crypto providers, passed through.
 //! - `metrics`: the metrics below, on the `metrics` facade.
 //!
@@ -136,22 +136,19 @@ pub use accept::{
 };
 pub use client::{ClientStatus, ClientTls, ClientTlsBuilder};
 pub use client_auth::{ClientAuth, TrustItem};
-pub use error::{Error, NotReady, Rfc3339};
+pub use error::{Error, NotReady};
 pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,
 };
 pub use reloader::{Builder, ReloadTask, Reloader};
-/// What the common cases need, so that `tls-reload` is the one dependency line.
+/// The rustls this crate builds on, for `ServerConfig`, providers and the rest.
 pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
 pub use tls::CertResolver;
-#[cfg(feature = "k8s")]
-pub use tls_k8s as k8s;
-#[cfg(feature = "self-signed")]
-pub use tls_selfsigned as selfsigned;
+pub use tls_source::clock::Rfc3339;
 pub use tls_source::{CertSource, CertSourceExt, FileSource};
 pub use tokio_util::sync::CancellationToken;
 pub use validate::{Validated, Validator};
 
-/// Re-exported so that one dependency line is enough for the common case.
+/// The source contract (`CertBundle`, `CertSource`, combinators, PEM decoding, clocks).
 pub use tls_source;
