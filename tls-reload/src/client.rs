@@ -11,6 +11,7 @@ use futures::FutureExt as _;
 use rustls::ClientConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
+use tls_source::clock::Clock;
 use tls_source::{CertSource, CertSourceExt as _};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -116,6 +117,7 @@ pub struct ClientStatus {
 pub struct ClientTlsBuilder {
     provider: Option<Arc<CryptoProvider>>,
     policy: Option<Policy>,
+    clock: Option<Arc<dyn Clock>>,
     token: Option<CancellationToken>,
 }
 
@@ -141,6 +143,13 @@ impl ClientTlsBuilder {
         self
     }
 
+    /// Judges validity, retries and expiry by `clock` instead of the system clock (as
+    /// [`Builder::clock`](crate::Builder::clock)).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// The token that stops the task (the last identity keeps being presented).
     pub fn cancellation_token(mut self, token: CancellationToken) -> Self {
         self.token = Some(token);
@@ -160,7 +169,10 @@ impl ClientTlsBuilder {
             .or_else(crate::tls::default_provider)
             .ok_or(Error::NoCryptoProvider)?;
         let policy = self.policy.unwrap_or_default().purpose(Purpose::ClientAuth);
-        let validator = Validator::new(Arc::clone(&provider), policy);
+        let mut validator = Validator::new(Arc::clone(&provider), policy);
+        if let Some(clock) = self.clock {
+            validator = validator.with_clock(clock);
+        }
         let gone = CancellationToken::new();
         let parts = Arc::new(Parts {
             identity: Arc::new(Identity::new(gone.clone())),
@@ -185,8 +197,8 @@ impl ClientTlsBuilder {
             roots: Vec::new(),
         };
         let cancel = token.clone();
+        let run = task::run(engine, inputs, client, clock, cancel, gone);
         tokio::spawn(async move {
-            let run = task::run(engine, inputs, client, clock, cancel, gone);
             let ended = AssertUnwindSafe(run).catch_unwind().await;
             if let Err(panic) = &ended {
                 let message = tls_source::panic_message(panic.as_ref());

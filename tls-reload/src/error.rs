@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tls_source::Origin;
+use tls_source::clock::Rfc3339;
 
 /// Why a bundle was not installed, or why the reloader could not start.
 ///
@@ -339,30 +340,6 @@ impl fmt::Display for Names<'_> {
             f.write_str("no names")
         } else {
             f.write_str(&self.0.join(", "))
-        }
-    }
-}
-
-/// Formats a time as RFC 3339 in UTC, to the second, as the reloader's messages do: for any
-/// date a certificate can carry, before 1970 and up to 9999 (for a status page, say).
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use tls_reload::Rfc3339;
-///
-/// let t = SystemTime::UNIX_EPOCH - Duration::from_secs(631_152_000);
-/// assert_eq!(Rfc3339(t).to_string(), "1950-01-01T00:00:00Z");
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct Rfc3339(pub SystemTime);
-
-impl fmt::Display for Rfc3339 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let t = time::OffsetDateTime::from(self.0);
-        let t = t.replace_nanosecond(0).unwrap_or(t);
-        match t.format(&time::format_description::well_known::Rfc3339) {
-            Ok(s) => f.write_str(&s),
-            Err(_) => write!(f, "{:?}", self.0),
         }
     }
 }

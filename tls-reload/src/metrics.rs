@@ -1,4 +1,4 @@
-//! The reload core's metrics, emitted from here only (the driver calls these beside its
+//! The reload core's metrics, emitted from here only (the engine's events call these beside their
 //! tracing events). With the `metrics` feature they go to the [`metrics`] facade, which costs
 //! nothing until the application installs a recorder (a Prometheus exporter, say); without
 //! it these functions are empty.

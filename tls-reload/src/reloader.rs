@@ -282,9 +282,10 @@ impl Builder {
             status: tx.clone(),
         };
         let cancel = token.clone();
+        // The engine's first effects (every static route in the status) happen now.
+        let run = task::run(engine, inputs, server, clock, cancel, gone);
         let inner = async move {
-            let run = AssertUnwindSafe(task::run(engine, inputs, server, clock, cancel, gone))
-                .catch_unwind();
+            let run = AssertUnwindSafe(run).catch_unwind();
             let ended = match run.await {
                 Ok(ended) => ended,
                 Err(panic) => Ended::Panicked {

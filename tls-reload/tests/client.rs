@@ -187,3 +187,83 @@ async fn a_bad_client_bundle_changes_nothing() {
         tls_test::wait_for(client.status(), "recovered", |s| s.last_error.is_none()).await;
     }
 }
+
+/// The client side runs on the reload engine: an identity not valid yet is presented when its
+/// `notBefore` comes, and its status says when it nears its end and once it has expired.
+/// Virtual time.
+#[tokio::test(start_paused = true)]
+async fn a_client_identity_is_retried_at_its_not_before_and_its_expiry_is_reported() {
+    use std::time::{Duration, SystemTime};
+    use tls_source::clock::{Clock as _, SteppedClock};
+
+    const DAY: Duration = Duration::from_secs(86_400);
+    let clock = Arc::new(SteppedClock::starting_at(SystemTime::now()));
+    let now = clock.now();
+    let (server_ca, client_ca) = (TestCa::new("server"), TestCa::new("clients"));
+    let later = client_ca.client_leaf_valid("svc", now + DAY, now + 30 * DAY);
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(bundle(&later, &[&server_ca])))
+        .unwrap();
+    let client = ClientTls::builder()
+        .crypto_provider(provider())
+        .clock(clock.clone())
+        .spawn(rx)
+        .unwrap();
+    // Virtual bounds: they fire (and fail the test) instead of hanging if nothing happens.
+    let within = |days: u32| DAY * days;
+    let mut status = client.status();
+    let refused = tokio::time::timeout(within(1) / 2, status.wait_for(|s| s.last_error.is_some()))
+        .await
+        .expect("refused at once")
+        .unwrap()
+        .clone();
+    assert!(
+        matches!(
+            refused.last_error.as_deref(),
+            Some(tls_reload::Error::NotYetValid { .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.current.is_none());
+
+    tokio::time::timeout(within(2), client.ready())
+        .await
+        .expect("presented once its notBefore came")
+        .unwrap();
+    let shown = client.status().borrow().clone();
+    let current = shown.current.unwrap();
+    assert!(
+        clock.now() >= current.not_before,
+        "not before its notBefore"
+    );
+    assert!(
+        clock.now() < now + DAY + Duration::from_secs(60),
+        "nor much after"
+    );
+    assert_eq!(current.fingerprint_sha256, later.fingerprint);
+    assert!(shown.last_error.is_none() && !shown.expiring);
+    assert_eq!(shown.root_fingerprints_sha256.len(), 1);
+
+    let expiring = tokio::time::timeout(within(30), status.wait_for(|s| s.expiring))
+        .await
+        .expect("the warning comes")
+        .unwrap()
+        .clone();
+    assert!(!expiring.expired);
+    assert!(
+        clock.now() >= current.not_after - 7 * DAY,
+        "a week before the end"
+    );
+    let expired = tokio::time::timeout(within(10), status.wait_for(|s| s.expired))
+        .await
+        .expect("the expiry is reported")
+        .unwrap()
+        .clone();
+    assert!(clock.now() > current.not_after);
+    assert!(matches!(
+        expired.last_error.as_deref(),
+        Some(tls_reload::Error::ServedExpired { .. })
+    ));
+    assert!(expired.running);
+    drop(tx);
+}

@@ -115,6 +115,24 @@ impl TestCa {
         )
     }
 
+    /// A client certificate for `name`, valid between the two instants.
+    ///
+    /// # Panics
+    /// If the name is not a valid DNS name or IP address.
+    pub fn client_leaf_valid(
+        &self,
+        name: &str,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> TestCert {
+        self.leaf_with(
+            &[name],
+            not_before,
+            not_after,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
     /// A client certificate whose validity ended a minute ago.
     pub fn expired_client_leaf(&self, name: &str) -> TestCert {
         let now = SystemTime::now();

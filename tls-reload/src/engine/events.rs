@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tls_source::Origin;
 
-use crate::error::Rfc3339;
 use crate::status::CertInfo;
 use crate::{Error, metrics};
+use tls_source::clock::Rfc3339;
 
 /// Something that happened to a route or to the trust, for the log and the metrics.
 #[derive(Debug, Clone)]

@@ -177,56 +177,60 @@ impl Apply for Server {
 }
 
 /// Runs `engine` until cancelled, `gone` (every handle is gone), or every source has ended.
-pub(crate) async fn run<A: Apply>(
+/// The engine's first effects (the static routes in the status) are applied before this
+/// returns, so a status read right after the build already lists every route.
+pub(crate) fn run<A: Apply + Send + 'static>(
     mut engine: Engine,
     mut inputs: Inputs,
     mut apply: A,
     clock: Arc<dyn Clock>,
     cancel: CancellationToken,
     gone: CancellationToken,
-) -> Ended {
+) -> impl Future<Output = Ended> + Send + 'static {
     crate::metrics::describe();
     let clock = Contained(clock);
     let mut timers = Timers::default();
     let effects = engine.start();
     apply_all(effects, &mut apply, &mut timers, &clock);
-    let ended = loop {
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => break Ended::Cancelled,
-            () = gone.cancelled() => break Ended::HandlesDropped,
-            Some(due) = timers.next(&clock), if !timers.is_empty() => {
-                let effects = engine.due(due, clock.now());
-                apply_all(effects, &mut apply, &mut timers, &clock);
-            }
-            item = inputs.0.next() => {
-                let Some(first) = item else { break Ended::SourcesEnded };
-                let mut batch = vec![first];
-                let mut ended = false;
-                while batch.len() < MAX_BATCH {
-                    match inputs.0.next().now_or_never() {
-                        Some(Some(item)) => batch.push(item),
-                        Some(None) => {
-                            ended = true;
-                            break;
+    async move {
+        let ended = loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => break Ended::Cancelled,
+                () = gone.cancelled() => break Ended::HandlesDropped,
+                Some(due) = timers.next(&clock), if !timers.is_empty() => {
+                    let effects = engine.due(due, clock.now());
+                    apply_all(effects, &mut apply, &mut timers, &clock);
+                }
+                item = inputs.0.next() => {
+                    let Some(first) = item else { break Ended::SourcesEnded };
+                    let mut batch = vec![first];
+                    let mut ended = false;
+                    while batch.len() < MAX_BATCH {
+                        match inputs.0.next().now_or_never() {
+                            Some(Some(item)) => batch.push(item),
+                            Some(None) => {
+                                ended = true;
+                                break;
+                            }
+                            None => break,
                         }
-                        None => break,
+                    }
+                    let effects = match clock.read() {
+                        Ok(now) => engine.batch(batch, now),
+                        Err(message) => engine.unjudged(batch, &message, SystemTime::now()),
+                    };
+                    apply_all(effects, &mut apply, &mut timers, &clock);
+                    if ended {
+                        break Ended::SourcesEnded;
                     }
                 }
-                let effects = match clock.read() {
-                    Ok(now) => engine.batch(batch, now),
-                    Err(message) => engine.unjudged(batch, &message, SystemTime::now()),
-                };
-                apply_all(effects, &mut apply, &mut timers, &clock);
-                if ended {
-                    break Ended::SourcesEnded;
-                }
             }
-        }
-    };
-    // The sources go first, so that "ended" means "dropped its sources".
-    drop(inputs);
-    ended
+        };
+        // The sources go first, so that "ended" means "dropped its sources".
+        drop(inputs);
+        ended
+    }
 }
 
 fn apply_all<A: Apply>(
