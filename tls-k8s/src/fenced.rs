@@ -106,6 +106,11 @@ impl FencedSecret {
         self
     }
 
+    /// The Secret's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The Secret's `namespace/name`.
     pub fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

@@ -36,18 +36,23 @@
 //! # Ok(()) }
 //! ```
 
+mod builder;
+mod ca;
 mod error;
 mod fit;
 mod generator;
+mod key;
 mod persist;
 mod source;
 
+pub use builder::{
+    Builder, DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, MIN_RENEWAL_WINDOW, MIN_VALIDITY,
+};
+pub use ca::{CaPem, CaRotation};
 pub use error::Error;
 pub use fit::{Part, Unfit};
-pub use generator::{
-    Builder, CaPem, DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, KeyAlgorithm, MIN_RENEWAL_WINDOW,
-    MIN_VALIDITY, PemPair, Renewal, SelfSigned,
-};
+pub use generator::{PemPair, SelfSigned};
+pub use key::{KeyAlgorithm, Renewal};
 pub use source::{MAX_NAP, MIN_RENEWAL_GAP, SelfSignedSource};
 /// The workspace's clock (from `tls-source`): renewal asks it for "now".
 pub use tls_source::clock::{Clock, SystemClock};

@@ -12,7 +12,8 @@ use futures::stream::BoxStream;
 use rustls_pki_types::CertificateDer;
 use tls_source::CertBundle;
 
-use crate::generator::{Ca, Generated};
+use crate::ca::Ca;
+use crate::generator::Generated;
 use crate::{Clock, Error, Part, SelfSigned, Unfit, fit, persist};
 
 /// The longest the source sleeps before looking at the wall clock again, so that a suspend or a

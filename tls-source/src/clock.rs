@@ -90,6 +90,41 @@ pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
     }
 }
 
+/// A time as RFC 3339 in UTC, to the second: the one format of the workspace's messages, status
+/// and annotations, for any date a certificate can carry, before 1970 and up to 9999.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tls_source::clock::Rfc3339;
+///
+/// let t = SystemTime::UNIX_EPOCH - Duration::from_secs(631_152_000);
+/// assert_eq!(Rfc3339(t).to_string(), "1950-01-01T00:00:00Z");
+/// assert_eq!(Rfc3339::parse("1950-01-01T00:00:00Z"), Some(t));
+/// assert_eq!(Rfc3339::parse("1950-01-01"), None);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Rfc3339(pub SystemTime);
+
+impl Rfc3339 {
+    /// Reads an RFC 3339 time (any offset); `None` if it is not one.
+    pub fn parse(text: &str) -> Option<SystemTime> {
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+            .ok()
+            .map(SystemTime::from)
+    }
+}
+
+impl std::fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = time::OffsetDateTime::from(self.0);
+        let t = t.replace_nanosecond(0).unwrap_or(t);
+        match t.format(&time::format_description::well_known::Rfc3339) {
+            Ok(s) => f.write_str(&s),
+            Err(_) => write!(f, "{:?}", self.0),
+        }
+    }
+}
+
 #[cfg(feature = "test-util")]
 pub use stepped::SteppedClock;
 

@@ -1,0 +1,265 @@
+//! The generator's configuration: [`Builder`], and everything `build` checks.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::ca::Ca;
+use crate::{Clock, Error, KeyAlgorithm, Renewal, SelfSigned};
+
+/// The default lifetime of a leaf certificate: 90 days.
+pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// The default lifetime of a generated CA: 10 years.
+pub const DEFAULT_CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The shortest leaf validity accepted: certificate times have one-second precision, so a
+/// shorter leaf can be due for renewal (or expired) the moment it is made.
+pub const MIN_VALIDITY: Duration = Duration::from_secs(3);
+
+/// The shortest renewal window accepted: a leaf is replaced at least this long before it
+/// expires, time for every server to install its successor.
+pub const MIN_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone)]
+pub(crate) enum CaSource {
+    Generate,
+    Pem { cert_pem: String, key_pem: Redacted },
+}
+
+/// A key's PEM that `Debug` does not show.
+#[derive(Clone)]
+pub(crate) struct Redacted(pub(crate) String);
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CaConfig {
+    pub(crate) source: CaSource,
+    pub(crate) validity: Duration,
+    pub(crate) in_chain: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) dns_names: Vec<String>,
+    pub(crate) ip_addresses: Vec<IpAddr>,
+    pub(crate) validity: Duration,
+    pub(crate) renewal: Renewal,
+    pub(crate) algorithm: KeyAlgorithm,
+    pub(crate) organization: Option<String>,
+    pub(crate) common_name: Option<String>,
+    pub(crate) ca: Option<CaConfig>,
+    pub(crate) persist: Option<PathBuf>,
+    pub(crate) replace_corrupt_ca: bool,
+}
+
+/// Configures a [`SelfSigned`] generator.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct Builder {
+    pub(crate) config: Config,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl Builder {
+    /// Adds a DNS name (e.g. `localhost`, `api.internal`, `*.svc.cluster.local`).
+    pub fn dns_name(mut self, name: impl Into<String>) -> Self {
+        self.config.dns_names.push(name.into());
+        self
+    }
+
+    /// Adds an IP address.
+    pub fn ip_address(mut self, ip: IpAddr) -> Self {
+        self.config.ip_addresses.push(ip);
+        self
+    }
+
+    /// Adds a name that may be either: an IP address when it parses as one, else a DNS name.
+    pub fn name(self, name: &str) -> Self {
+        match name.parse::<IpAddr>() {
+            Ok(ip) => self.ip_address(ip),
+            Err(_) => self.dns_name(name),
+        }
+    }
+
+    /// The lifetime of each leaf (default: [`DEFAULT_VALIDITY`], 90 days).
+    pub fn validity(mut self, validity: Duration) -> Self {
+        self.config.validity = validity;
+        self
+    }
+
+    /// When to renew (default: when a third of the validity remains).
+    pub fn renewal(mut self, renewal: Renewal) -> Self {
+        self.config.renewal = renewal;
+        self
+    }
+
+    /// The key algorithm (default: ECDSA P-256).
+    pub fn key_algorithm(mut self, algorithm: KeyAlgorithm) -> Self {
+        self.config.algorithm = algorithm;
+        self
+    }
+
+    /// The subject's organization (O).
+    pub fn organization(mut self, organization: impl Into<String>) -> Self {
+        self.config.organization = Some(organization.into());
+        self
+    }
+
+    /// The subject's common name (CN). Default: the first DNS name, else the first IP address.
+    pub fn common_name(mut self, common_name: impl Into<String>) -> Self {
+        self.config.common_name = Some(common_name.into());
+        self
+    }
+
+    /// CA mode with a generated CA: a long-lived CA signs short-lived leaves, and is set as the
+    /// bundle's CA so clients can trust it across leaf rotations. With
+    /// [`persist`](Self::persist) the CA is kept and reused too.
+    pub fn ca(mut self) -> Self {
+        self.config.ca.get_or_insert_with(default_ca).source = CaSource::Generate;
+        self
+    }
+
+    /// CA mode with a CA you supply, as PEM (the key in PKCS#8). The CA is never regenerated.
+    pub fn ca_from_pem(mut self, cert_pem: impl Into<String>, key_pem: impl Into<String>) -> Self {
+        self.config.ca.get_or_insert_with(default_ca).source = CaSource::Pem {
+            cert_pem: cert_pem.into(),
+            key_pem: Redacted(key_pem.into()),
+        };
+        self
+    }
+
+    /// The lifetime of a generated CA (default: [`DEFAULT_CA_VALIDITY`], 10 years). Turns on CA
+    /// mode.
+    pub fn ca_validity(mut self, validity: Duration) -> Self {
+        self.config.ca.get_or_insert_with(default_ca).validity = validity;
+        self
+    }
+
+    /// Whether the served chain includes the CA after the leaf (default: no; clients that trust
+    /// the CA already have it). Turns on CA mode.
+    pub fn ca_in_chain(mut self, in_chain: bool) -> Self {
+        self.config.ca.get_or_insert_with(default_ca).in_chain = in_chain;
+        self
+    }
+
+    /// With [`persist`](Self::persist) in CA mode: replace a persisted CA that cannot be read
+    /// back (a corrupt `ca.key`) with a new one, instead of failing with
+    /// [`Error::Corrupt`](crate::Error::Corrupt). Off by default: clients pin the CA, and a new
+    /// one breaks them.
+    pub fn replace_corrupt_ca(mut self, replace: bool) -> Self {
+        self.config.replace_corrupt_ca = replace;
+        self
+    }
+
+    /// Keeps the generated pair (and CA) in `dir` (`tls.crt`, `tls.key`, `ca.crt`, `ca.key`; key
+    /// files mode 0600; each generation made visible by one atomic swap of a `..data` symlink,
+    /// the layout `FileSource` follows) and reuses them on start while they still fit; see
+    /// [`SelfSigned::into_source`].
+    pub fn persist(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.persist = Some(dir.into());
+        self
+    }
+
+    /// Where "now" comes from (default: [`SystemClock`]); for tests.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Checks the configuration and builds the generator.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a validity under [`MIN_VALIDITY`] or ending after the year 9999,
+    /// a renewal window under [`MIN_RENEWAL_WINDOW`] or not shorter than the validity; [`Error::Unsupported`] for an algorithm this build cannot generate;
+    /// [`Error::InvalidName`]; [`Error::Ca`] for a supplied CA that cannot be used.
+    pub fn build(self) -> Result<SelfSigned, Error> {
+        let config = self.config;
+        fn config_err<T>(reason: String) -> Result<T, Error> {
+            Err(Error::Config { reason })
+        }
+        if config.validity < MIN_VALIDITY {
+            return config_err(format!(
+                "a validity of {:?} is too short to renew safely: at least {MIN_VALIDITY:?} (certificate times have one-second precision)",
+                config.validity
+            ));
+        }
+        match config.renewal {
+            Renewal::Fraction(f) if !(f > 0.0 && f < 1.0) => {
+                return config_err(format!(
+                    "the renewal fraction must be between 0 and 1, not {f}"
+                ));
+            }
+            Renewal::Before(before) if before >= config.validity => {
+                return config_err(format!(
+                    "renewing {before:?} before expiry needs a validity longer than that, not {:?}",
+                    config.validity
+                ));
+            }
+            _ => {}
+        }
+        let window = config.renewal.window(config.validity);
+        if window < MIN_RENEWAL_WINDOW {
+            return config_err(format!(
+                "renewing {window:?} before expiry leaves no time to install the next certificate: at least {MIN_RENEWAL_WINDOW:?} (a longer validity, or a larger renewal window)"
+            ));
+        }
+        let latest = |validity: Duration, what: &str| match self.clock.now().checked_add(validity) {
+            Some(end) if end <= tls_source::clock::latest() => Ok(()),
+            _ => config_err(format!(
+                "a {what} validity of {validity:?} ends after the year 9999, the latest a certificate can express"
+            )),
+        };
+        latest(config.validity, "leaf")?;
+        if let Some(ca) = &config.ca {
+            if ca.validity < MIN_VALIDITY {
+                return config_err(format!(
+                    "a CA validity of {:?} is too short: at least {MIN_VALIDITY:?}",
+                    ca.validity
+                ));
+            }
+            latest(ca.validity, "CA")?;
+        }
+        if !config.algorithm.is_available() {
+            return Err(Error::Unsupported {
+                algorithm: config.algorithm,
+                feature: "aws-lc-rs",
+            });
+        }
+        for name in &config.dns_names {
+            rcgen::string::Ia5String::try_from(name.as_str()).map_err(|source| {
+                Error::InvalidName {
+                    name: name.clone(),
+                    source,
+                }
+            })?;
+        }
+        let ca = match &config.ca {
+            Some(CaConfig {
+                source: CaSource::Pem { cert_pem, key_pem },
+                ..
+            }) => Some(Arc::new(Ca::from_pem(cert_pem, &key_pem.0)?)),
+            _ => None,
+        };
+        Ok(SelfSigned {
+            config: Arc::new(config),
+            clock: self.clock,
+            ca: Arc::new(Mutex::new(ca)),
+        })
+    }
+}
+
+pub(crate) fn default_ca() -> CaConfig {
+    CaConfig {
+        source: CaSource::Generate,
+        validity: DEFAULT_CA_VALIDITY,
+        in_chain: false,
+    }
+}
