@@ -70,7 +70,7 @@ enum Found {
 impl Reads {
     /// Reads the files on the calling thread, which must not be a runtime worker, and sends
     /// what it found. If the source is gone, it is discarded.
-    pub(super) fn read(&self, force: bool) {
+    fn read_here(&self, force: bool) {
         let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
             let _ = self.found.send(Found::Read {
@@ -91,16 +91,21 @@ impl Reads {
         }
     }
 
-    /// The paths whose events matter, as of the last read.
-    pub(super) fn relevant(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
-        self.relevant.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Reads on a blocking thread (`spawn_blocking`), off the runtime's workers: a slow network
     /// file system never stalls the worker that also runs handshakes.
     fn spawn(&self, force: bool) {
         let reads = self.clone();
-        drop(tokio::task::spawn_blocking(move || reads.read(force)));
+        drop(tokio::task::spawn_blocking(move || reads.read_here(force)));
+    }
+}
+
+impl watch::OnEvent for Reads {
+    fn relevant(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.relevant.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read(&self, force: bool) {
+        self.read_here(force);
     }
 }
 
@@ -131,7 +136,7 @@ impl Running {
         Box::new(Self {
             watching: config
                 .notify
-                .then(|| Watching::new(config.cert.clone(), reads.clone())),
+                .then(|| Watching::new(config.cert.clone(), Arc::new(reads.clone()))),
             reads,
             found,
             trigger,

@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio::time::Instant;
 
-use super::state::Reads;
 use super::{Config, out_of_descriptors};
 use crate::Backoff;
 
@@ -32,11 +32,21 @@ pub(super) struct Targets {
     pub(super) relevant: Vec<PathBuf>,
 }
 
+/// What the watcher's thread needs of the source it watches for (the running source's reads,
+/// in `state.rs`): which paths matter now, and a read right after an event on one of them.
+pub(super) trait OnEvent: Send + Sync + 'static {
+    /// Every path whose change can change what is read ([`Targets::relevant`] as of the last
+    /// read).
+    fn relevant(&self) -> MutexGuard<'_, Vec<PathBuf>>;
+    /// Reads now, on the calling thread (the watcher's).
+    fn read(&self, force: bool);
+}
+
 /// The watch of a running source: the notify watcher, what it watches, and, when part of it
 /// could not be set up, when to try again.
 pub(super) struct Watching {
     /// What the watcher's thread reads with, right after an event that may be a change.
-    reads: Reads,
+    reads: Arc<dyn OnEvent>,
     /// Named in what is logged.
     cert: PathBuf,
     /// Dropping the watcher stops its thread.
@@ -50,7 +60,7 @@ struct Watch {
 }
 
 impl Watching {
-    pub(super) fn new(cert: PathBuf, reads: Reads) -> Self {
+    pub(super) fn new(cert: PathBuf, reads: Arc<dyn OnEvent>) -> Self {
         Self {
             reads,
             cert,
@@ -79,7 +89,7 @@ impl Watching {
     pub(super) fn follow(&mut self, targets: Targets) -> bool {
         let targets = targets.dirs;
         if self.watch.is_none() {
-            match new_watcher(self.reads.clone()) {
+            match new_watcher(Arc::clone(&self.reads)) {
                 Ok(watcher) => {
                     self.watch = Some(Watch {
                         watcher,
@@ -166,7 +176,7 @@ impl Watching {
 /// server whose runtime is busy. Events on other names (the kubelet's new timestamped directory
 /// and `..data_tmp` before the rename, the old generation removed after it, a neighbour's files)
 /// are ignored: a read they caused would only delay the one that matters.
-fn new_watcher(reads: Reads) -> notify::Result<RecommendedWatcher> {
+fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
     notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let matters = match event {
             Ok(event) if is_read_only(&event.kind) => false,
