@@ -281,57 +281,10 @@ async fn bad_arguments_are_explained() {
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // The rules and bounds of every flag are unit tests of the parser (serve/cli.rs); this is
+    // what a user sees of one.
     assert!(stderr.contains("--cert and --key go together"), "{stderr}");
-    assert!(stderr.contains("usage: serve"), "{stderr}");
-}
-
-#[tokio::test]
-async fn durations_out_of_bounds_are_explained_not_panicked_on() {
-    for (args, expected) in [
-        (
-            ["--poll", "18446744073709551615s"],
-            "--poll 18446744073709551615s: must be between 10ms and 365d",
-        ),
-        (
-            ["--poll", "1ns"],
-            "--poll 1ns: must be between 10ms and 365d",
-        ),
-        (
-            ["--self-signed-validity", "3650000d"],
-            "--self-signed-validity 3650000d: must be between 3s and 36500d",
-        ),
-        (
-            ["--self-signed-validity", "1s"],
-            "--self-signed-validity 1s: must be between 3s and 36500d",
-        ),
-    ] {
-        let out =
-            tokio::time::timeout(PATIENCE, Command::new(example("serve")).args(args).output())
-                .await
-                .unwrap()
-                .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(expected), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{stderr}");
-    }
-}
-
-#[tokio::test]
-async fn an_invalid_listen_address_is_explained() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = tokio::time::timeout(
-        PATIENCE,
-        Command::new(example("serve"))
-            .args(["--listen", "256.0.0.1:1"])
-            .args(["--cert-dir", dir.path().to_str().unwrap()])
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen 256.0.0.1:1"));
+    assert!(stderr.contains("--help"), "{stderr}");
 }
 
 #[tokio::test]
@@ -382,21 +335,6 @@ async fn self_signed_options_names_ca_persistence_and_renewal() {
     again.signal("-TERM");
     assert_eq!(again.exit_code().await, Some(0));
     assert!(keep.join("ca.key").exists() && keep.join("tls.key").exists());
-}
-
-#[tokio::test]
-async fn self_signed_flags_do_not_mix_with_files() {
-    let out = tokio::time::timeout(
-        PATIENCE,
-        Command::new(example("serve"))
-            .args(["--cert-dir", "/tmp", "--self-signed-ca"])
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("apply to the self-signed default"));
 }
 
 #[tokio::test]
@@ -971,49 +909,6 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
     for (_, serve) in replicas {
         serve.signal("-TERM");
         assert_eq!(serve.exit_code().await, Some(0));
-    }
-}
-
-#[tokio::test]
-async fn k8s_shared_flags_are_checked() {
-    for (args, expected) in [
-        (
-            vec!["--lease", "web-writer"],
-            "--lease and --identity go with --k8s-shared",
-        ),
-        (
-            vec!["--k8s-shared", "web-tls"],
-            "--k8s-shared web-tls: expected NAMESPACE/NAME",
-        ),
-        (
-            vec![
-                "--k8s-shared",
-                "default/web-tls",
-                "--self-signed-dir",
-                "/tmp/x",
-            ],
-            "--self-signed-dir does not go with --k8s-shared",
-        ),
-        (
-            vec![
-                "--k8s-shared",
-                "default/web-tls",
-                "--k8s-secret",
-                "default/web",
-            ],
-            "--k8s-shared cannot be combined with",
-        ),
-    ] {
-        let out = tokio::time::timeout(
-            PATIENCE,
-            Command::new(example("serve")).args(&args).output(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
 
