@@ -64,15 +64,14 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use axum::extract::State;
+use anyhow::{Context as _, bail};
+use axum::Router;
 use axum::routing::get;
-use axum::{Json, Router};
 use futures::StreamExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use tls_reload::{Reloader, Status};
+use tls_reload::Reloader;
 use tls_selfsigned::SelfSigned;
 use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
 use tokio::net::TcpSocket;
@@ -81,8 +80,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 mod cli;
+mod status;
 
 use cli::{Args, Certs, SelfSignedArgs};
+use status::{AppState, ClientLeaf, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
 /// (kube's client logs a response body it cannot parse at warn).
@@ -220,26 +221,10 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
     if !fail_fast {
         return Ok(reloader.ready_timeout(timeout).await?);
     }
-    let mut status = reloader.status();
-    let failed = async {
-        let status = status
-            .wait_for(|s| s.ready || s.last_error.is_some() || !s.running)
-            .await
-            .map(|s| s.clone())
-            .unwrap_or_default();
-        // An error beside the first certificate counts too: a generator serving from memory
-        // because it cannot persist says so in the same breath.
-        match status.last_error {
-            Some(err) => Err(anyhow::anyhow!("--fail-fast: {err}")),
-            None => Ok(()),
-        }
-    };
-    tokio::select! {
-        failed = failed => failed?,
-        ready = reloader.ready_timeout(timeout) => return Ok(ready?),
+    match reloader.ready_or_first_error(timeout).await {
+        Err(tls_reload::NotReady::Failed { error }) => bail!("--fail-fast: {error}"),
+        other => Ok(other?),
     }
-    // Ready, or stopped without a certificate: which one, and why.
-    Ok(reloader.ready_timeout(timeout).await?)
 }
 
 /// The certificate source the flags choose; the trigger that re-reads files (SIGHUP); with
@@ -424,88 +409,4 @@ async fn serve(
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
     }
-}
-
-/// What the status page reads: the reloader's status, and with `--k8s-shared` the leadership.
-#[derive(Clone)]
-struct AppState {
-    status: watch::Receiver<Status>,
-    leader: Option<watch::Receiver<tls_k8s::Leadership>>,
-}
-
-/// The SHA-256 of the client certificate presented on a request's connection (mTLS).
-#[derive(Debug, Clone)]
-struct ClientLeaf(Option<String>);
-
-async fn status_json(
-    State(state): State<AppState>,
-    axum::Extension(client): axum::Extension<ClientLeaf>,
-) -> Json<serde_json::Value> {
-    let status = state.status.borrow().clone();
-    let current = status.current.as_ref();
-    let routes: serde_json::Map<String, serde_json::Value> = status
-        .routes
-        .iter()
-        .map(|(name, route)| {
-            let current = route.current.as_ref();
-            let value = serde_json::json!({
-                "fingerprint_sha256": current.map(|c| &c.fingerprint_sha256),
-                "names": &route.names,
-                "generation": route.generation,
-                "not_after": current.map(|c| rfc3339(c.not_after)),
-                "origin": current.map(|c| c.origin.to_string()),
-                "expiring": route.expiring,
-                "expired": route.expired,
-                "stopped": route.stopped,
-                "last_error": route.last_error.as_ref().map(ToString::to_string),
-            });
-            (name.clone(), value)
-        })
-        .collect();
-    let mut json = serde_json::json!({
-        "fingerprint_sha256": current.map(|c| &c.fingerprint_sha256),
-        "subject": current.map(|c| &c.subject),
-        "dns_names": current.map(|c| &c.dns_names),
-        "ip_addresses": current.map(|c| &c.ip_addresses),
-        "not_before": current.map(|c| rfc3339(c.not_before)),
-        "not_after": current.map(|c| rfc3339(c.not_after)),
-        "origin": current.map(|c| c.origin.to_string()),
-        "ca_fingerprints_sha256": current.map(|c| &c.ca_fingerprints_sha256),
-        "loaded_at": current.map(|c| rfc3339(c.loaded_at)),
-        "generation": status.generation,
-        "expiring": status.expiring,
-        "expired": status.expired,
-        "stopped": status.stopped,
-        "running": status.running,
-        "last_error": status.last_error.as_ref().map(ToString::to_string),
-        "routes": routes,
-    });
-    if client.0.is_some() || !status.client_cas.is_empty() {
-        json["client_ca_fingerprints_sha256"] = status
-            .client_cas
-            .iter()
-            .map(|ca| ca.fingerprint_sha256.clone())
-            .collect();
-        json["client_fingerprint_sha256"] = client.0.into();
-        json["client_ca_error"] = status
-            .client_ca_error
-            .as_ref()
-            .map(ToString::to_string)
-            .into();
-    }
-    if let Some(leader) = &state.leader {
-        let leader = leader.borrow().clone();
-        json["leader"] = serde_json::json!({
-            "holder": leader.holder,
-            "round": leader.round,
-            "leading": leader.leading,
-        });
-    }
-    Json(json)
-}
-
-/// RFC 3339 in UTC, to the second (`2026-12-01T10:00:00Z`), for every date a certificate can
-/// carry: 1950 as well as 9999 (humantime's formatter panics before 1970).
-fn rfc3339(t: std::time::SystemTime) -> String {
-    tls_reload::Rfc3339(t).to_string()
 }

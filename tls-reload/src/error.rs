@@ -288,7 +288,7 @@ impl Error {
     }
 }
 
-/// Why [`Reloader::ready`](crate::Reloader::ready) gave up: nothing was installed.
+/// Why [`Reloader::ready`](crate::Reloader::ready) (or its variants) gave up.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum NotReady {
@@ -311,6 +311,14 @@ pub enum NotReady {
         waited: Duration,
         /// Why the client CAs were not taken, if known.
         last_error: Option<Arc<Error>>,
+    },
+    /// [`Reloader::ready_or_first_error`](crate::Reloader::ready_or_first_error): the default
+    /// route reported an error (a rejected bundle, a source error) before it was ready, or in
+    /// the same breath as its first certificate.
+    #[error("{error}")]
+    Failed {
+        /// The error.
+        error: Arc<Error>,
     },
     /// The reloader stopped (cancelled, its sources ended, it panicked) without installing
     /// anything.

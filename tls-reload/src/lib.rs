@@ -57,6 +57,8 @@
 //!   `tls-rotation` (features `k8s`, `self-signed`), the one dependency line a user writes.
 //! - `ring`, `aws-lc-rs`: rustls's crypto providers, passed through.
 //! - `metrics`: the metrics below, on the `metrics` facade.
+//! - `serde`: `Serialize` for [`Status`] and its parts, in the JSON shape of the `serve`
+//!   example's status page (documented on [`Status`]).
 //!
 //! # Metrics
 //! With the `metrics` feature, the reload task records these on the
@@ -125,6 +127,8 @@ pub mod hooks;
 mod metrics;
 mod policy;
 mod reloader;
+#[cfg(feature = "serde")]
+mod serialize;
 mod status;
 mod task;
 mod tls;

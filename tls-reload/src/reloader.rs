@@ -463,6 +463,35 @@ impl Reloader {
         }
     }
 
+    /// Like [`ready_timeout`](Self::ready_timeout), but gives up at the default route's first
+    /// error: a rejected bundle or a source error before a certificate is installed, or one
+    /// reported beside the first (a generator serving from memory because it cannot persist
+    /// says so in the same breath). For a process that should fail fast rather than wait for
+    /// good input (`serve --fail-fast`).
+    ///
+    /// # Errors
+    /// [`NotReady::Failed`] with the error; otherwise as [`ready_timeout`](Self::ready_timeout).
+    pub async fn ready_or_first_error(&self, timeout: Duration) -> Result<(), NotReady> {
+        let mut status = self.status.clone();
+        let failed = async {
+            let status = status
+                .wait_for(|s| s.ready || s.last_error.is_some() || !s.running)
+                .await
+                .map(|s| s.clone())
+                .unwrap_or_default();
+            match status.last_error {
+                Some(error) => Err(NotReady::Failed { error }),
+                None => Ok(()),
+            }
+        };
+        tokio::select! {
+            failed = failed => failed?,
+            ready = self.ready_timeout(timeout) => return ready,
+        }
+        // Ready, or stopped without a certificate: which one, and why.
+        self.ready_timeout(timeout).await
+    }
+
     /// Stops the reload task (the sources are dropped). The certificates installed last keep
     /// being served.
     pub fn stop(&self) {

@@ -16,6 +16,21 @@ use crate::Error;
 /// The top-level certificate fields describe the *default route*: the certificate given to
 /// [`Builder::spawn`](crate::Builder::spawn), served when no SNI route matches. SNI routes are in
 /// [`routes`](Self::routes).
+///
+/// With the `serde` feature it serializes as the `serve` example's status page does: the
+/// default certificate's fields at the top (`null` before the first), times as RFC 3339 in UTC,
+/// origins and errors as their text:
+/// ```text
+/// { "fingerprint_sha256", "subject", "dns_names", "ip_addresses", "not_before", "not_after",
+///   "origin", "ca_fingerprints_sha256", "loaded_at",
+///   "generation", "expiring", "expired", "stopped", "running", "ready", "ended", "last_error",
+///   "routes": { NAME: { "fingerprint_sha256", "names", "generation", "not_after", "origin",
+///                       "expiring", "expired", "stopped", "last_error" } },
+///   with client authentication, once a CA is trusted or refused:
+///   "client_ca_fingerprints_sha256": [..],
+///   "client_cas": [{ "fingerprint_sha256", "leaves_at" }], "client_ca_error" }
+/// ```
+/// [`CertInfo`] serializes every field of its own by its name.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Status {

@@ -1,0 +1,44 @@
+//! `GET /`: the reloader's status as JSON (tls-reload's `Serialize` for `Status`, feature
+//! `serde`), with what is per request (the client certificate of the connection) or comes from
+//! the Lease (`leader`, with `--k8s-shared`).
+
+use axum::Json;
+use axum::extract::State;
+use tls_reload::Status;
+use tokio::sync::watch;
+
+/// What the status page reads: the reloader's status, and with `--k8s-shared` the leadership.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) status: watch::Receiver<Status>,
+    pub(crate) leader: Option<watch::Receiver<tls_k8s::Leadership>>,
+}
+
+/// The SHA-256 of the client certificate presented on a request's connection (mTLS).
+#[derive(Debug, Clone)]
+pub(crate) struct ClientLeaf(pub(crate) Option<String>);
+
+pub(crate) async fn status_json(
+    State(state): State<AppState>,
+    axum::Extension(client): axum::Extension<ClientLeaf>,
+) -> Json<serde_json::Value> {
+    let status = state.status.borrow().clone();
+    let mut json = serde_json::to_value(&status).unwrap_or_default();
+    if client.0.is_some() || !status.client_cas.is_empty() {
+        json["client_fingerprint_sha256"] = client.0.into();
+        // Present with mTLS even before a CA is trusted or refused.
+        if json.get("client_ca_fingerprints_sha256").is_none() {
+            json["client_ca_fingerprints_sha256"] = serde_json::json!([]);
+            json["client_ca_error"] = serde_json::Value::Null;
+        }
+    }
+    if let Some(leader) = &state.leader {
+        let leader = leader.borrow().clone();
+        json["leader"] = serde_json::json!({
+            "holder": leader.holder,
+            "round": leader.round,
+            "leading": leader.leading,
+        });
+    }
+    Json(json)
+}
