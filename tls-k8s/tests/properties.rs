@@ -41,7 +41,7 @@ fn config(default: u32, max_shrink_iters: u32) -> ProptestConfig {
             None => proptest::test_runner::RngSeed::Fixed(0x7157_2026),
         },
         max_shrink_iters,
-        failure_persistence: None,
+
         ..ProptestConfig::default()
     }
 }
@@ -504,7 +504,9 @@ async fn run_fleet(ops: &[FleetOp]) -> Result<(), String> {
             FleetOp::Kill(i) => {
                 if let Some((reloader, _)) = replicas[*i].source.take() {
                     reloader.stop();
-                    let _ = reloader.stopped().await;
+                    let _ = tokio::time::timeout(tls_test::PATIENCE, reloader.stopped())
+                        .await
+                        .expect("the killed replica stops");
                 }
                 replicas[*i] = replica(&api, &format!("r{next_id}")).await;
                 next_id += 1;

@@ -90,7 +90,9 @@ impl Replica {
     /// Killed: it stops without a word (its lease is not released) and serves no more.
     async fn kill(self) {
         self.reloader.stop();
-        let _ = self.reloader.stopped().await;
+        let _ = tokio::time::timeout(tls_test::PATIENCE, self.reloader.stopped())
+            .await
+            .expect("the killed replica stops");
     }
 
     fn status(&self) -> Status {

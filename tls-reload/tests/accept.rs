@@ -147,7 +147,9 @@ async fn alpn_is_h2_and_http_1_1_by_default_and_can_be_changed() {
     }
 }
 
-#[tokio::test]
+/// Virtual time: no client connects, so nothing but the token can end the stream, and waiting
+/// to see that it does not costs no real time.
+#[tokio::test(start_paused = true)]
 async fn the_stream_ends_on_its_token() {
     let cert = TestCa::new("end").leaf(&["localhost"]);
     let reloader = Reloader::builder()

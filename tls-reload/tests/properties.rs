@@ -349,7 +349,7 @@ fn config() -> ProptestConfig {
             None => proptest::test_runner::RngSeed::Fixed(0x7157_2026),
         },
         max_shrink_iters: 64,
-        failure_persistence: None,
+
         ..ProptestConfig::default()
     }
 }

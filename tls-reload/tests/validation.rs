@@ -10,6 +10,8 @@ use common::{Harness, Mode, write_kube};
 use tls_reload::{Policy, Purpose, Reloader, Roots, Validator};
 use tls_test::{PATIENCE, TestCa, TestCert, TestServer};
 
+const DAY: Duration = Duration::from_secs(86_400);
+
 fn write_pem(h: &Harness, chain: &str, key: &str) {
     h.kube
         .write(&[("tls.crt", chain.as_bytes()), ("tls.key", key.as_bytes())])
@@ -112,32 +114,64 @@ fn valid_in_2s(ca: &TestCa) -> TestCert {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A pair refused as not yet valid, then replaced by garbage before it became valid, is never
+/// installed: the garbage cancelled its retry. Virtual time, stepped past the moment the
+/// replaced pair would have become valid (the engine's unit tests cover the same rule by hand).
+#[tokio::test(start_paused = true)]
 async fn a_not_yet_valid_pair_replaced_by_garbage_never_comes_back() {
+    use tls_source::clock::SteppedClock;
+    let clock = Arc::new(SteppedClock::starting_at(SystemTime::now()));
+    let now = tls_source::clock::Clock::now(&*clock);
     let ca = TestCa::new("resurrection");
     let good = ca.leaf(&["localhost"]);
-    let h = Harness::kube(&good, Mode::Notify).await;
+    let future = ca.leaf_valid(&["localhost"], now + Duration::from_secs(2), now + DAY);
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(common::bundle(&good))).unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .clock(clock.clone())
+        .spawn(rx)
+        .unwrap();
+    let mut status = reloader.status();
+    tokio::time::timeout(PATIENCE, reloader.ready())
+        .await
+        .unwrap()
+        .unwrap();
 
-    let future = valid_in_2s(&ca);
-    write_kube(&h.kube, &future);
-    h.wait_for("rejected as not yet valid", |s| {
-        s.last_error
-            .as_ref()
-            .is_some_and(|e| e.to_string().contains("not valid before"))
-    })
-    .await;
-
-    write_pem(&h, "garbage", "garbage");
-    h.wait_for("the garbage reported", |s| {
-        s.last_error
-            .as_ref()
-            .is_some_and(|e| e.to_string().contains("tls.crt"))
-    })
-    .await;
+    tx.unbounded_send(Ok(common::bundle(&future))).unwrap();
+    tokio::time::timeout(
+        PATIENCE,
+        status.wait_for(|s| {
+            s.last_error
+                .as_ref()
+                .is_some_and(|e| e.to_string().contains("not valid before"))
+        }),
+    )
+    .await
+    .expect("rejected as not yet valid")
+    .unwrap();
+    // What the file source reports for garbage on disk.
+    let garbage = tls_source::Error::Malformed {
+        input: "tls.crt".into(),
+        reason: "no PEM certificate".into(),
+    };
+    tx.unbounded_send(Err(garbage)).unwrap();
+    tokio::time::timeout(
+        PATIENCE,
+        status.wait_for(|s| {
+            s.last_error
+                .as_ref()
+                .is_some_and(|e| e.to_string().contains("tls.crt"))
+        }),
+    )
+    .await
+    .expect("the garbage reported")
+    .unwrap();
 
     // Past the moment the replaced pair would have become valid.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let status = h.status();
+    assert!(tls_source::clock::Clock::now(&*clock) > now + Duration::from_secs(3));
+    let status = reloader.status().borrow().clone();
     assert_eq!(common::installed(&status), Some(good.fingerprint.as_str()));
     assert_eq!(
         status.generation, 1,
@@ -148,10 +182,10 @@ async fn a_not_yet_valid_pair_replaced_by_garbage_never_comes_back() {
             .last_error
             .as_ref()
             .is_some_and(|e| e.to_string().contains("tls.crt")),
-        "the garbage on disk is still what the status reports: {:?}",
+        "the garbage is still what the status reports: {:?}",
         status.last_error
     );
-    assert_eq!(h.served().await, good.fingerprint);
+    drop(tx);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
