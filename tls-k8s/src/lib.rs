@@ -7,8 +7,8 @@
 //! reported while the last good certificate keeps serving. [`SecretsSource`] serves every TLS
 //! Secret matching a label selector. For many replicas, `SharedSelfSigned` (feature
 //! `self-signed`) gives them one self-signed certificate and CA, written by one replica
-//! elected by a Lease: [`LeaseLock`], with its round (`leaseTransitions`) as a fencing token,
-//! and [`FencedSecret`], which writes a Secret only for the latest round.
+//! elected by a Lease: [`LeaseLock`](store::LeaseLock), with its round (`leaseTransitions`) as a fencing token,
+//! and [`FencedSecret`](store::FencedSecret), which writes a Secret only for the latest round.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -164,11 +164,28 @@ mod selector;
 #[cfg(feature = "self-signed")]
 mod shared;
 
-pub use fenced::{Fence, FencedSecret, HOLDER_ANNOTATION, ROUND_ANNOTATION, Written};
-pub use lease::{
-    DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Leadership, LeaseHandle,
-    LeaseLock,
-};
+pub use lease::Leadership;
+
+pub mod store {
+    //! The fleet store's parts, for crates that keep state in Secrets for a fleet of replicas (the
+    //! shared self-signed store here, ACME next): one writer elected by a Lease, and writes fenced by
+    //! its round.
+    //!
+    //! - [`LeaseLock`] ([`LeaseHandle`], [`Leadership`]): client-go's leader election on a
+    //!   `coordination.k8s.io/v1` Lease; the Lease's `leaseTransitions` is the round, a fencing
+    //!   token that only grows. Timing defaults: [`DEFAULT_LEASE_DURATION`],
+    //!   [`DEFAULT_RENEW_DEADLINE`], [`DEFAULT_RETRY_PERIOD`].
+    //! - [`FencedSecret`]: writes of one Secret as a compare-and-swap on its resourceVersion,
+    //!   carrying the writer's [`Fence`] (round and holder, in [`ROUND_ANNOTATION`] and
+    //!   [`HOLDER_ANNOTATION`]); a write whose round is behind the stored one is refused
+    //!   ([`Written::Refused`]), so a leader paused past its lease cannot overwrite its successor.
+
+    pub use crate::fenced::{Fence, FencedSecret, HOLDER_ANNOTATION, ROUND_ANNOTATION, Written};
+    pub use crate::lease::{
+        DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Leadership,
+        LeaseHandle, LeaseLock,
+    };
+}
 pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
 pub use secrets::{SecretsSource, SecretsSourceBuilder};
 #[cfg(feature = "self-signed")]
@@ -286,7 +303,7 @@ pub mod fuzzing {
     }
 
     /// Reads a Secret's fence (`tls-rotation.io/round` and `holder`) as a writer does.
-    pub fn fence(json: &[u8]) -> Option<crate::Fence> {
+    pub fn fence(json: &[u8]) -> Option<crate::store::Fence> {
         let secret = serde_json::from_slice::<kube::api::DynamicObject>(json).ok()?;
         crate::fenced::stored_fence(&secret)
     }

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use tls_k8s::{Fence, FencedSecret, Written};
+use tls_k8s::store::{Fence, FencedSecret, Written};
 use tls_test::KubeApi;
 
 use common::client;
@@ -21,7 +21,7 @@ fn stored_round(api: &KubeApi) -> u64 {
     let secret = api
         .get("secrets", "default", "shared")
         .expect("the Secret exists");
-    secret["metadata"]["annotations"][tls_k8s::ROUND_ANNOTATION]
+    secret["metadata"]["annotations"][tls_k8s::store::ROUND_ANNOTATION]
         .as_str()
         .unwrap()
         .parse()

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use tls_k8s::{Leadership, LeaseHandle, LeaseLock};
+use tls_k8s::store::{Leadership, LeaseHandle, LeaseLock};
 use tls_test::{KubeApi, PATIENCE};
 use tokio_util::sync::CancellationToken;
 

@@ -459,10 +459,10 @@ fn sample(api: &KubeApi, history: &Mutex<History>) {
     };
     let annotations = &secret["metadata"]["annotations"];
     let (Some(round), Some(holder)) = (
-        annotations[tls_k8s::ROUND_ANNOTATION]
+        annotations[tls_k8s::store::ROUND_ANNOTATION]
             .as_str()
             .and_then(|r| r.parse::<u64>().ok()),
-        annotations[tls_k8s::HOLDER_ANNOTATION].as_str(),
+        annotations[tls_k8s::store::HOLDER_ANNOTATION].as_str(),
     ) else {
         return;
     };

@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use rustls::pki_types::CertificateDer;
-use tls_k8s::{
-    Fence, FencedSecret, Leadership, SharedSelfSigned, SharedSource, WriterStats, Written,
-};
+use tls_k8s::store::{Fence, FencedSecret, Written};
+use tls_k8s::{Leadership, SharedSelfSigned, SharedSource, WriterStats};
 use tls_reload::{Reloader, Status};
 use tls_selfsigned::SelfSigned;
 use tls_test::{Endpoint, KubeApi, Link, PATIENCE, TestServer};
@@ -127,7 +126,7 @@ fn annotation(api: &KubeApi, name: &str, key: &str) -> Option<String> {
 }
 
 fn stored_round(api: &KubeApi) -> Option<u64> {
-    annotation(api, "tls", tls_k8s::ROUND_ANNOTATION)?
+    annotation(api, "tls", tls_k8s::store::ROUND_ANNOTATION)?
         .parse()
         .ok()
 }
@@ -228,7 +227,7 @@ async fn three_replicas_start_together_one_generates_all_serve_it() {
     assert!(secret_value(&api, "tls-ca", "ca.key").is_some());
     // The fence and the renewal time are on the Secret.
     assert_eq!(
-        annotation(&api, "tls", tls_k8s::HOLDER_ANNOTATION).as_deref(),
+        annotation(&api, "tls", tls_k8s::store::HOLDER_ANNOTATION).as_deref(),
         Some(leader.id.as_str())
     );
     let renew_after =
@@ -260,7 +259,8 @@ async fn a_killed_leader_is_replaced_within_the_lease_and_nothing_is_regenerated
         "took over in {took:?}, with a {LEASE:?} lease"
     );
     until("the new leader's fencing write", || {
-        annotation(&api, "tls", tls_k8s::HOLDER_ANNOTATION).as_deref() == Some(next.id.as_str())
+        annotation(&api, "tls", tls_k8s::store::HOLDER_ANNOTATION).as_deref()
+            == Some(next.id.as_str())
     })
     .await;
     assert!(stored_round(&api).expect("round") > round, "a later round");
@@ -311,7 +311,8 @@ async fn a_paused_leader_resumes_and_every_write_it_attempts_is_refused() {
     let others: Vec<&Replica> = all.iter().filter(|r| r.id != old.id).collect();
     let new = leader(&others).await;
     until("the new leader's fencing write", || {
-        annotation(&api, "tls", tls_k8s::HOLDER_ANNOTATION).as_deref() == Some(new.id.as_str())
+        annotation(&api, "tls", tls_k8s::store::HOLDER_ANNOTATION).as_deref()
+            == Some(new.id.as_str())
     })
     .await;
     let new_round = stored_round(&api).expect("round");

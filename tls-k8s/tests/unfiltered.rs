@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Served, client, installed, put_named, routes_reloader};
-use tls_k8s::{LeaseLock, SecretsSource};
+use tls_k8s::SecretsSource;
+use tls_k8s::store::LeaseLock;
 use tls_test::{KubeApi, PATIENCE, TestCa, TestServer};
 use tokio_util::sync::CancellationToken;
 

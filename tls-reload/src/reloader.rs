@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client_auth::{ClientAuth, TrustParts};
 use crate::status::Ended;
 use crate::task::{self, Plan, Server};
-use crate::tls::{self, CertResolver, RouteName};
+use crate::tls::{self, CertResolver, HandshakeHook, RouteName};
 use crate::{Error, NotReady, Policy, Status, Validator};
 
 /// Drives certificate sources, validates each bundle and swaps it into a rustls resolver.
@@ -83,6 +83,7 @@ pub struct Builder {
     keyed: Vec<BoxKeyedCertSource>,
     strict: bool,
     client_auth: Option<ClientAuth>,
+    hook: Option<Arc<dyn HandshakeHook>>,
 }
 
 /// The reload task, for the caller to run: [`Builder::build`] returns it with its
@@ -107,6 +108,7 @@ impl Default for Builder {
             keyed: Vec::new(),
             strict: false,
             client_auth: None,
+            hook: None,
         }
     }
 }
@@ -168,6 +170,15 @@ impl Builder {
     /// instead of being served the default certificate. Default: off.
     pub fn sni_strict(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// A [`HandshakeHook`] the resolver asks before its routes on every handshake: what it
+    /// answers is served; what it leaves (`None`) goes to the routes. How a source reaches into
+    /// handshakes (an ACME TLS-ALPN-01 challenge) without this crate depending on it. Its
+    /// answers are not validated: they are the hook's.
+    pub fn handshake_hook(mut self, hook: Arc<dyn HandshakeHook>) -> Self {
+        self.hook = Some(hook);
         self
     }
 
@@ -247,7 +258,12 @@ impl Builder {
         let has_routes = !named.is_empty() || !self.keyed.is_empty();
         let token = self.token.unwrap_or_default().child_token();
         let gone = CancellationToken::new();
-        let resolver = Arc::new(CertResolver::new(has_routes, self.strict, gone.clone()));
+        let resolver = Arc::new(CertResolver::new(
+            has_routes,
+            self.strict,
+            gone.clone(),
+            self.hook,
+        ));
         let (tx, rx) = watch::channel(Status {
             running: true,
             ..Status::default()

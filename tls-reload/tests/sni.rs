@@ -283,3 +283,66 @@ async fn keyed_routes_come_and_go_by_the_names_in_their_certificates() {
         b.fingerprint
     );
 }
+
+/// A hook that claims handshakes for one name (as an ACME TLS-ALPN-01 responder claims the CA's
+/// validation handshake), with a certificate of its own.
+#[derive(Debug)]
+struct Claims {
+    name: &'static str,
+    key: std::sync::Arc<rustls::sign::CertifiedKey>,
+}
+
+impl tls_reload::HandshakeHook for Claims {
+    fn answer(
+        &self,
+        hello: &rustls::server::ClientHello<'_>,
+    ) -> Option<std::sync::Arc<rustls::sign::CertifiedKey>> {
+        (hello.server_name() == Some(self.name)).then(|| std::sync::Arc::clone(&self.key))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_hook_answers_what_it_claims_before_the_routes_and_nothing_else() {
+    let ca = TestCa::new("hook");
+    let dir = tempfile::tempdir().unwrap();
+    let (api, default, claimed) = (
+        ca.leaf(&["api.example.com"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["challenge.example.com"]),
+    );
+    let validated = tls_reload::Validator::new(common::provider(), tls_reload::Policy::default())
+        .validate(&common::bundle(&claimed))
+        .unwrap();
+    let hook = Claims {
+        name: "challenge.example.com",
+        key: std::sync::Arc::clone(validated.certified_key()),
+    };
+    let (_route_dir, route) = kube_source(dir.path(), "route", &api);
+    let (_default_dir, default_source) = kube_source(dir.path(), "default", &default);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .route("api.example.com", route)
+        .sni_strict(true)
+        .handshake_hook(std::sync::Arc::new(hook))
+        .spawn(default_source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    assert_eq!(
+        served_for(server.addr(), "challenge.example.com")
+            .await
+            .unwrap(),
+        claimed.fingerprint,
+        "claimed by the hook, though no route serves it and SNI is strict"
+    );
+    assert_eq!(
+        served_for(server.addr(), "api.example.com").await.unwrap(),
+        api.fingerprint
+    );
+    assert!(
+        served_for(server.addr(), "unknown.example.com")
+            .await
+            .is_err(),
+        "what the hook leaves goes to the routes: refused in strict mode"
+    );
+}

@@ -9,8 +9,8 @@
 //! | (always) | [`FileSource`]: files and the kubelet's `..data` layout; [`tls_source`]: the `CertSource` contract, its combinators, PEM decoding, clocks |
 //! | `accept` (default) | [`Reloader::incoming`]: a hardened stream of TLS connections |
 //! | `axum`, `tonic` | the accept stream as an `axum::serve::Listener`; connections as tonic's `Connected` |
-//! | `k8s` | [`k8s`]: a Kubernetes Secret, or many by label selector (tls-k8s) |
-//! | `self-signed` | [`selfsigned`]: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`) |
+//! | `k8s` | `tls_rotation::k8s`: a Kubernetes Secret, or many by label selector (tls-k8s) |
+//! | `self-signed` | `tls_rotation::selfsigned`: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`) |
 //! | `metrics` | metrics on the `metrics` facade, for every crate turned on |
 //! | `ring`, `aws-lc-rs` | the rustls crypto provider used when the process installed none |
 //!

@@ -168,7 +168,7 @@ impl Builder {
         self
     }
 
-    /// Where "now" comes from (default: [`SystemClock`]); for tests.
+    /// Where "now" comes from (default: [`SystemClock`](crate::SystemClock)); for tests.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self

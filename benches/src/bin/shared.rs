@@ -38,9 +38,9 @@ const SHORT: Timing = (
     Duration::from_millis(200),
 );
 const DEFAULTS: Timing = (
-    tls_k8s::DEFAULT_LEASE_DURATION,
-    tls_k8s::DEFAULT_RENEW_DEADLINE,
-    tls_k8s::DEFAULT_RETRY_PERIOD,
+    tls_k8s::store::DEFAULT_LEASE_DURATION,
+    tls_k8s::store::DEFAULT_RENEW_DEADLINE,
+    tls_k8s::store::DEFAULT_RETRY_PERIOD,
 );
 
 async fn replica(api: &KubeApi, id: &str, timing: Timing) -> Replica {
@@ -90,7 +90,8 @@ async fn wait(what: &str, mut pred: impl FnMut() -> bool) {
 }
 
 fn stored_holder(api: &KubeApi) -> Option<String> {
-    api.get("secrets", "default", "tls")?["metadata"]["annotations"][tls_k8s::HOLDER_ANNOTATION]
+    api.get("secrets", "default", "tls")?["metadata"]["annotations"]
+        [tls_k8s::store::HOLDER_ANNOTATION]
         .as_str()
         .map(str::to_owned)
 }

@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use state::fuzz_ca_state;
 use writer::Writer;
 
-use crate::{FencedSecret, Leadership, LeaseLock, SecretSource};
+use crate::SecretSource;
+use crate::store::{FencedSecret, Leadership, LeaseLock};
 
 /// The annotation on the TLS Secret saying when its certificate will be renewed (RFC 3339).
 pub const RENEW_AFTER_ANNOTATION: &str = "tls-rotation.io/renew-after";
@@ -34,7 +35,7 @@ pub const SWITCH_AFTER_ANNOTATION: &str = "tls-rotation.io/switch-after";
 ///
 /// Every replica runs it, and every replica serves the Secret through a [`SecretSource`], so a
 /// reader serves what the writer wrote within one watch event. The writer is the holder of a
-/// Lease ([`LeaseLock`], default name `NAME-writer`). It alone checks the Secret and, only when
+/// Lease ([`LeaseLock`](crate::store::LeaseLock), default name `NAME-writer`). It alone checks the Secret and, only when
 /// needed, generates:
 ///
 /// - The material is **reused** unless it is missing, unparsable, its key does not match, its
@@ -42,7 +43,7 @@ pub const SWITCH_AFTER_ANNOTATION: &str = "tls-rotation.io/switch-after";
 ///   [`Renewal`](tls_selfsigned::Renewal), default a third of the lifetime). The Secret's
 ///   [`RENEW_AFTER_ANNOTATION`] says when it will be renewed. A restart of every replica, or a
 ///   new leader, regenerates nothing that still fits.
-/// - **Writes are fenced** ([`FencedSecret`]): each carries the writer's round and identity,
+/// - **Writes are fenced** ([`FencedSecret`](crate::store::FencedSecret)): each carries the writer's round and identity,
 ///   and is a compare-and-swap on the resourceVersion read; a write whose round is behind the
 ///   stored one (a leader paused past its lease) is refused. A new leader's first write stamps
 ///   its round. The round stays monotonic when the Lease is deleted and recreated (which
@@ -183,7 +184,7 @@ impl SharedSelfSigned {
         self
     }
 
-    /// The Lease's timing (see [`LeaseLock::timing`]; defaults 15 s, 10 s, 2 s).
+    /// The Lease's timing (see [`LeaseLock::timing`](crate::store::LeaseLock::timing); defaults 15 s, 10 s, 2 s).
     pub fn lease_timing(
         mut self,
         lease: Duration,
@@ -235,7 +236,9 @@ impl SharedSelfSigned {
                         .secret_type("Opaque");
                 (secret, rotation)
             }),
-            lease_duration: self.timing.map_or(crate::DEFAULT_LEASE_DURATION, |t| t.0),
+            lease_duration: self
+                .timing
+                .map_or(crate::store::DEFAULT_LEASE_DURATION, |t| t.0),
             client: self.client,
             namespace: self.namespace,
             identity: self.identity,

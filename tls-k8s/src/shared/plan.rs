@@ -9,8 +9,8 @@ use tls_source::clock::{Rfc3339, saturating_add};
 
 use super::RENEW_AFTER_ANNOTATION;
 use super::state::{CaState, Content, first_certificate};
-use crate::Fence;
 use crate::fenced::Stored;
+use crate::store::Fence;
 
 /// The leader checks the Secrets at least this often even when nothing is due (two reads).
 pub(crate) const RECHECK: Duration = Duration::from_secs(3600);

@@ -19,7 +19,7 @@ use super::WriterStats;
 use super::plan::{self, CaChange, PlanError, StoredCa};
 use super::state::{CaState, Content};
 use crate::fenced::Stored;
-use crate::{Fence, FencedSecret, Leadership, Written};
+use crate::store::{Fence, FencedSecret, Leadership, LeaseHandle, Written};
 
 /// The longest the writer waits before looking at the clock again.
 const MAX_NAP: Duration = Duration::from_secs(30);
@@ -96,7 +96,7 @@ impl Writer {
         ));
     }
 
-    pub(crate) async fn run(self: Arc<Self>, lease: crate::LeaseHandle, token: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, lease: LeaseHandle, token: CancellationToken) {
         let mut leadership = lease.leadership();
         loop {
             let round = tokio::select! {

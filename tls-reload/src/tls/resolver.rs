@@ -45,6 +45,36 @@ pub struct CertResolver {
     sni: Option<Sni>,
     /// Cancelled when the last resolver is dropped: the reload task then ends.
     gone: CancellationToken,
+    /// Asked first, when set ([`Builder::handshake_hook`](crate::Builder::handshake_hook)).
+    hook: Option<Arc<dyn HandshakeHook>>,
+}
+
+/// A hook the resolver asks before its routes: how a source crate reaches into handshakes
+/// without the core depending on it. An ACME client answers a TLS-ALPN-01 challenge this way
+/// (the CA's validation handshake, recognised by its `acme-tls/1` ALPN, gets the challenge
+/// certificate); anything it does not claim goes to the routes as usual.
+///
+/// It runs on every handshake, on the handshake's thread: it must be quick and must not block.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tls_reload::HandshakeHook;
+/// use tls_reload::rustls::server::ClientHello;
+/// use tls_reload::rustls::sign::CertifiedKey;
+///
+/// /// Answers handshakes for one name with a certificate of its own.
+/// #[derive(Debug)]
+/// struct Maintenance(Arc<CertifiedKey>);
+///
+/// impl HandshakeHook for Maintenance {
+///     fn answer(&self, hello: &ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+///         (hello.server_name() == Some("maintenance.example.com")).then(|| Arc::clone(&self.0))
+///     }
+/// }
+/// ```
+pub trait HandshakeHook: Send + Sync + std::fmt::Debug + 'static {
+    /// The certificate for this handshake, or `None` to let the routes answer.
+    fn answer(&self, hello: &ClientHello<'_>) -> Option<Arc<CertifiedKey>>;
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,8 +101,14 @@ thread_local! {
 // ===== impl CertResolver =====
 
 impl CertResolver {
-    pub(crate) fn new(routes: bool, strict: bool, gone: CancellationToken) -> Self {
+    pub(crate) fn new(
+        routes: bool,
+        strict: bool,
+        gone: CancellationToken,
+        hook: Option<Arc<dyn HandshakeHook>>,
+    ) -> Self {
         Self {
+            hook,
             default: Slot::const_empty(),
             generation: AtomicU64::new(0),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -139,6 +175,9 @@ impl CertResolver {
 
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(answer) = self.hook.as_ref().and_then(|h| h.answer(&client_hello)) {
+            return Some(answer);
+        }
         match self.sni {
             None => self.current(),
             Some(_) => self.lookup(client_hello.server_name()),
