@@ -8,24 +8,7 @@
 #[cfg(feature = "metrics")]
 use std::time::{SystemTime, UNIX_EPOCH};
 
-#[cfg(feature = "metrics")]
-use tls_source::Origin;
-
 use crate::status::CertInfo;
-
-/// The `source` label of an origin: stable across rotations (no resourceVersion).
-#[cfg(feature = "metrics")]
-fn source_label(origin: &Origin) -> String {
-    match origin {
-        Origin::Files { cert, .. } => format!("files:{}", cert.display()),
-        Origin::Secret {
-            namespace, name, ..
-        } => format!("secret:{namespace}/{name}"),
-        Origin::SelfSigned => "self-signed".to_owned(),
-        Origin::Other(text) => text.clone(),
-        other => other.to_string(),
-    }
-}
 
 #[cfg(feature = "metrics")]
 fn seconds(t: SystemTime) -> f64 {
@@ -79,7 +62,7 @@ pub(crate) fn installed(route: Option<&str>, info: &CertInfo) {
     #[cfg(feature = "metrics")]
     {
         let route = route.unwrap_or_default().to_owned();
-        let source = source_label(&info.origin);
+        let source = info.origin.label();
         let labels = [("source", source), ("route", route.clone())];
         metrics::gauge!("tls_certificate_expiration_timestamp_seconds", &labels)
             .set(seconds(info.not_after));

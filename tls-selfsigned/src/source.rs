@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 use futures::Stream;
 use futures::stream::BoxStream;
 use rustls_pki_types::CertificateDer;
-use tls_source::CertBundle;
+use tls_source::clock::saturating_add;
+use tls_source::{Backoff, CertBundle};
 
 use crate::ca::Ca;
 use crate::generator::Generated;
@@ -26,6 +27,7 @@ pub const MAX_NAP: Duration = Duration::from_secs(30);
 pub const MIN_RENEWAL_GAP: Duration = Duration::from_secs(1);
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
 type Item = Result<CertBundle, tls_source::Error>;
 
@@ -77,9 +79,9 @@ impl SelfSigned {
             generator: self,
             queue: VecDeque::new(),
             renew_at: None,
-            backoff: Duration::from_secs(1),
+            backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
             unpersisted: None,
-            persist_backoff: Duration::from_secs(1),
+            persist_backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
         };
         SelfSignedSource {
             inner: Box::pin(futures::stream::unfold(state, State::step)),
@@ -92,10 +94,10 @@ struct State {
     queue: VecDeque<Item>,
     /// `None` before the first bundle.
     renew_at: Option<SystemTime>,
-    backoff: Duration,
+    backoff: Backoff,
     /// What is served but not stored yet, and when persisting is tried again.
     unpersisted: Option<(Unpersisted, SystemTime)>,
-    persist_backoff: Duration,
+    persist_backoff: Backoff,
 }
 
 /// Why what is served is not in the persistence directory.
@@ -130,7 +132,7 @@ impl State {
             };
             match result {
                 Ok(not_after) => {
-                    self.backoff = Duration::from_secs(1);
+                    self.backoff.reset();
                     let window = self.generator.renewal_window();
                     let due = not_after.checked_sub(window).unwrap_or(not_after);
                     let soonest = self.generator.clock.now() + MIN_RENEWAL_GAP;
@@ -144,8 +146,8 @@ impl State {
                 }
                 Err(err) => {
                     self.queue.push_back(Err(report(err)));
-                    self.renew_at = Some(self.generator.clock.now() + self.backoff);
-                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    let wait = self.backoff.next().unwrap_or(MAX_BACKOFF);
+                    self.renew_at = Some(saturating_add(self.generator.clock.now(), wait));
                 }
             }
         }
@@ -315,8 +317,8 @@ impl State {
     }
 
     fn persist_later(&mut self, why: Unpersisted) {
-        let at = self.generator.clock.now() + self.persist_backoff;
-        self.persist_backoff = (self.persist_backoff * 2).min(MAX_BACKOFF);
+        let wait = self.persist_backoff.next().unwrap_or(MAX_BACKOFF);
+        let at = saturating_add(self.generator.clock.now(), wait);
         self.unpersisted = Some((why, at));
     }
 
@@ -324,7 +326,7 @@ impl State {
         if self.unpersisted.take().is_some() {
             tracing::info!("the self-signed certificate is persisted again");
         }
-        self.persist_backoff = Duration::from_secs(1);
+        self.persist_backoff.reset();
     }
 
     /// Tries again what could not be persisted. `Some` when that made a new bundle (what is

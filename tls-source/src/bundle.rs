@@ -66,6 +66,32 @@ pub enum Origin {
     Other(String),
 }
 
+impl Origin {
+    /// A name for where bundles come from that stays the same across rotations (no
+    /// resourceVersion): `files:PATH`, `secret:NAMESPACE/NAME`, `self-signed`, or the source's own
+    /// text. The `source` label of the reload core's metrics.
+    ///
+    /// ```
+    /// use tls_source::Origin;
+    /// let origin = Origin::Secret {
+    ///     namespace: "web".into(),
+    ///     name: "tls".into(),
+    ///     resource_version: Some("42".into()),
+    /// };
+    /// assert_eq!(origin.label(), "secret:web/tls");
+    /// ```
+    pub fn label(&self) -> String {
+        match self {
+            Self::Files { cert, .. } => format!("files:{}", cert.display()),
+            Self::Secret {
+                namespace, name, ..
+            } => format!("secret:{namespace}/{name}"),
+            Self::SelfSigned => "self-signed".to_owned(),
+            Self::Other(text) => text.clone(),
+        }
+    }
+}
+
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
