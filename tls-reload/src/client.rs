@@ -3,9 +3,8 @@
 //! connection pool can keep.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
-
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Weak};
 
 use futures::FutureExt as _;
 use rustls::ClientConfig;

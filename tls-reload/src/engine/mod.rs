@@ -10,6 +10,7 @@
 
 mod events;
 mod input;
+mod publish;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -25,11 +26,12 @@ use tls_source::{CertBundle, Keyed, KeyedUpdate, panic_message};
 
 pub(crate) use events::Event;
 pub(crate) use input::{Input, Place};
+pub(crate) use publish::Publish;
 pub(crate) use routes::Kind;
 pub(crate) use trust::TrustSet;
 
 use crate::client_auth::TrustItem;
-use crate::status::{RouteStatus, TrustedCa};
+
 use crate::tls::{RouteName, Slot, Table};
 use crate::{Error, Validated, Validator};
 use routes::Routes;
@@ -76,18 +78,6 @@ pub(crate) enum Effect {
     Cancel(Due),
     /// Log it, count it.
     Event(Event),
-}
-
-/// The status changes of a batch.
-#[derive(Debug, Default)]
-pub(crate) struct Publish {
-    pub(crate) ready: bool,
-    /// The routes whose status changed (`None`: the default route, the top-level fields).
-    pub(crate) routes: Vec<(Option<String>, RouteStatus)>,
-    /// The labels of routes removed.
-    pub(crate) removed: Vec<String>,
-    /// The trusted client CAs and the trust source's error, when they changed.
-    pub(crate) trust: Option<(Vec<TrustedCa>, Option<Arc<Error>>)>,
 }
 
 /// Every route's state, and what to do about each input.
@@ -562,37 +552,5 @@ impl Engine {
 
     fn event(&mut self, event: Event) {
         self.out.push(Effect::Event(event));
-    }
-
-    /// The end of a batch: the SNI table if its names changed, readiness, the status.
-    fn finish(&mut self) -> Vec<Effect> {
-        if std::mem::take(&mut self.table_dirty) {
-            let mut events = Vec::new();
-            let table = self.routes.table(&mut events);
-            self.out.extend(events.into_iter().map(Effect::Event));
-            self.out.push(Effect::Table(table));
-        }
-        // With client authentication, a server that trusts no CA yet refuses everyone.
-        let ready = self.routes.ready() && self.trust.as_ref().is_none_or(TrustSet::trusts_any);
-        self.event(Event::Ready(ready));
-        let mut changed = std::mem::take(&mut self.changed);
-        changed.sort_unstable();
-        changed.dedup();
-        let routes = changed
-            .into_iter()
-            .filter_map(|id| self.routes.get(id))
-            .map(|route| (route.label.clone(), route.status.clone()))
-            .collect();
-        let trust = std::mem::take(&mut self.trust_dirty)
-            .then(|| self.trust.as_ref().map(TrustSet::status))
-            .flatten()
-            .map(|cas| (cas, self.trust_error.clone()));
-        self.out.push(Effect::Publish(Publish {
-            ready,
-            routes,
-            removed: std::mem::take(&mut self.removed),
-            trust,
-        }));
-        std::mem::take(&mut self.out)
     }
 }

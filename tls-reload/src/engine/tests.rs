@@ -8,6 +8,7 @@ use tls_source::{CertBundle, Decoder, Keyed, KeyedUpdate, Origin};
 use tls_test::{TestCa, TestCert};
 
 use super::*;
+use crate::status::RouteStatus;
 use crate::{Policy, Purpose};
 
 const DAY: Duration = Duration::from_secs(86_400);
