@@ -16,7 +16,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::{CertResolver, Status};
 
-/// An established TLS connection from an [`Incoming`] stream: read and write it like the
+/// An established TLS connection from an [`Incoming`](crate::Incoming) stream: read and write it like the
 /// underlying IO.
 pub struct TlsConnection<IO> {
     pub(super) stream: TlsStream<IO>,
@@ -77,7 +77,7 @@ impl<IO> TlsConnection<IO> {
         (self.stream, self.peer)
     }
 
-    /// With [`IncomingBuilder::recycle_after`]: completes when this connection should be
+    /// With [`IncomingBuilder::recycle_after`](crate::IncomingBuilder::recycle_after): completes when this connection should be
     /// closed gracefully, because a newer certificate than the one it was served is installed
     /// and the connection is at least the configured age. Without: never completes. An owned
     /// future: take it before handing the connection to the HTTP server.
