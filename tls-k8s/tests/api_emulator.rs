@@ -246,3 +246,29 @@ async fn injected_faults() {
     emulator.restart(false).await;
     assert_eq!(code(api.get("kept").await.unwrap_err()), 404, "state lost");
 }
+
+/// As on the API server, a create is atomic: of many racing creates of one name, exactly one
+/// gets 201 and every other 409 (the first write of a fenced Secret relies on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_creates_of_one_name_make_exactly_one_object() {
+    let emulator = KubeApi::start().await;
+    let api: Api<Secret> = Api::namespaced(common::client(&emulator), "default");
+    for round in 0..50 {
+        let name = format!("race-{round}");
+        let creates = (0..4).map(|i| {
+            let (api, name) = (api.clone(), name.clone());
+            tokio::spawn(async move {
+                api.create(&PostParams::default(), &secret(&name, &i.to_string()))
+                    .await
+            })
+        });
+        let mut created = 0;
+        for create in futures::future::join_all(creates).await {
+            match create.unwrap() {
+                Ok(_) => created += 1,
+                Err(err) => assert_eq!(code(err), 409, "{name}"),
+            }
+        }
+        assert_eq!(created, 1, "{name}: one object");
+    }
+}

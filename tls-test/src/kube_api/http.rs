@@ -257,15 +257,8 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 );
             };
             let key = key(&target.resource, &ns, &name);
-            if shared.lock().objects.contains_key(&key) {
-                return status(
-                    StatusCode::CONFLICT,
-                    "AlreadyExists",
-                    &format!("{} \"{name}\" already exists", target.resource),
-                );
-            }
-            match shared.write(&key, object, false) {
-                Ok(_) => ok(StatusCode::CREATED, &shared.lock().objects[&key]),
+            match shared.write(&key, object, Write::Create) {
+                Ok((_, stored)) => ok(StatusCode::CREATED, &stored),
                 Err(response) => *response,
             }
         }
@@ -274,11 +267,8 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             let Ok(object) = serde_json::from_slice::<Value>(&body) else {
                 return status(StatusCode::BAD_REQUEST, "BadRequest", "invalid JSON");
             };
-            if !shared.lock().objects.contains_key(&key) {
-                return not_found(&target.resource, &name);
-            }
-            match shared.write(&key, object, true) {
-                Ok(_) => ok(StatusCode::OK, &shared.lock().objects[&key]),
+            match shared.write(&key, object, Write::Update) {
+                Ok((_, stored)) => ok(StatusCode::OK, &stored),
                 Err(response) => *response,
             }
         }
@@ -299,8 +289,8 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             } else if let Some(map) = object["metadata"].as_object_mut() {
                 map.remove("resourceVersion");
             }
-            match shared.write(&key, object, true) {
-                Ok(_) => ok(StatusCode::OK, &shared.lock().objects[&key]),
+            match shared.write(&key, object, Write::Update) {
+                Ok((_, stored)) => ok(StatusCode::OK, &stored),
                 Err(response) => *response,
             }
         }

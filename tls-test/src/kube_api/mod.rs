@@ -143,7 +143,10 @@ impl KubeApi {
             json!({"metadata": {"name": name, "namespace": namespace}, "type": "kubernetes.io/tls"})
         });
         object["data"] = Value::Object(encoded);
-        self.shared.write(&key, object, false).expect("put secret")
+        self.shared
+            .write(&key, object, Write::Put)
+            .expect("put secret")
+            .0
     }
 
     /// Creates or replaces a `kubernetes.io/tls` Secret whose `data` values are stored as given,
@@ -159,7 +162,10 @@ impl KubeApi {
             "type": "kubernetes.io/tls",
             "data": raw,
         });
-        self.shared.write(&key, object, false).expect("put secret")
+        self.shared
+            .write(&key, object, Write::Put)
+            .expect("put secret")
+            .0
     }
 
     /// Sets a label on an object (a metadata-only change). Returns the new resourceVersion.
@@ -209,8 +215,9 @@ impl KubeApi {
             .expect("object exists");
         change(&mut object["metadata"]["labels"]);
         self.shared
-            .write(&key, object, false)
+            .write(&key, object, Write::Put)
             .expect("change labels")
+            .0
     }
 
     /// Deletes an object. Returns whether it existed.

@@ -26,6 +26,18 @@ pub(super) const RESOURCES: [(&str, &str, &str, &str); 2] = [
     ),
 ];
 
+/// How a write treats what is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Write {
+    /// POST: 409 `AlreadyExists` if the object exists.
+    Create,
+    /// PUT or PATCH: 404 if it does not; 409 Conflict if the object carries a resourceVersion
+    /// other than the stored one.
+    Update,
+    /// The emulator's own puts (the tests' set-up): create or replace, no precondition.
+    Put,
+}
+
 #[derive(Debug)]
 pub(super) struct Shared {
     /// Like a third-party API mock (kmock in its resourceVersion mode): field and label
@@ -108,29 +120,44 @@ impl Shared {
         self.faults.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Stores `object` at `key` with a new resourceVersion. With `precondition`, a
-    /// `metadata.resourceVersion` in the object must equal the stored one.
+    /// Stores `object` at `key` with a new resourceVersion, as `mode` says, under one lock (as
+    /// the API server, whose create and update are atomic: two creates of one name get one
+    /// 201 and one 409). Returns the resourceVersion and the object as stored.
     pub(super) fn write(
         &self,
         key: &Key,
         mut object: Value,
-        precondition: bool,
-    ) -> Result<u64, Box<Response>> {
+        mode: Write,
+    ) -> Result<(u64, Value), Box<Response>> {
         let mut state = self.lock();
         let existing = state.objects.get(key).cloned();
         let existing = existing.as_ref();
-        if precondition
-            && let Some(want) = object["metadata"]["resourceVersion"].as_str()
-            && existing.and_then(|o| o["metadata"]["resourceVersion"].as_str()) != Some(want)
-        {
-            return Err(Box::new(status(
-                StatusCode::CONFLICT,
-                "Conflict",
-                &format!(
-                    "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
-                    key.0, key.2
-                ),
-            )));
+        match (mode, existing) {
+            (Write::Create, Some(_)) => {
+                return Err(Box::new(status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    &format!("{} \"{}\" already exists", key.0, key.2),
+                )));
+            }
+            (Write::Update, None) => return Err(Box::new(not_found(&key.0, &key.2))),
+            (Write::Update, Some(stored))
+                if object["metadata"]["resourceVersion"]
+                    .as_str()
+                    .is_some_and(|want| {
+                        stored["metadata"]["resourceVersion"].as_str() != Some(want)
+                    }) =>
+            {
+                return Err(Box::new(status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                        key.0, key.2
+                    ),
+                )));
+            }
+            _ => {}
         }
         let (kind, api_version) = kind_of(&key.0);
         let created = existing.is_none();
@@ -150,6 +177,7 @@ impl Shared {
             object["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
         }
         state.objects.insert(key.clone(), object.clone());
+        let written = object.clone();
         let stored = Stored {
             rv,
             kind: if created { "ADDED" } else { "MODIFIED" },
@@ -159,7 +187,7 @@ impl Shared {
         };
         state.history.push_back(stored.clone());
         let _ = self.events.send(stored);
-        Ok(rv)
+        Ok((rv, written))
     }
 
     pub(super) fn delete(&self, key: &Key) -> Option<Value> {
