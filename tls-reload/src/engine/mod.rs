@@ -158,17 +158,12 @@ impl Engine {
                 }
             };
             self.cancel_retry(id);
-            let route = self.routes.label(id);
-            let error = Arc::new(Error::Internal {
-                route: route.clone().unwrap_or_else(|| "default".to_owned()),
-                origin: bundle.origin().clone(),
-                message: message.to_owned(),
-            });
-            self.event(Event::Rejected {
-                route,
-                error: Arc::clone(&error),
-            });
-            self.record(id, error);
+            let error = internal(
+                self.routes.label(id).as_deref(),
+                &bundle,
+                message.to_owned(),
+            );
+            self.reject(id, error, bundle);
         }
         self.finish()
     }
@@ -207,60 +202,66 @@ impl Engine {
     /// A timer armed by [`Effect::Arm`] is due. Called early (before the clock reaches the
     /// time), it arms it again; a timer cancelled meanwhile does nothing.
     pub(crate) fn due(&mut self, due: Due, now: SystemTime) -> Vec<Effect> {
+        match self.armed_at(due) {
+            Some(at) if now < at => self.out.push(Effect::Arm(due, at)),
+            Some(_) => self.fire(due, now),
+            None => {}
+        }
+        self.finish()
+    }
+
+    /// When `due` is armed for, if it is: what the engine keeps of each timer.
+    fn armed_at(&self, due: Due) -> Option<SystemTime> {
         match due {
+            Due::Retry(id) => self.routes.get(id)?.retry.as_ref().map(|(at, _)| *at),
+            Due::Expiring(id) => self.routes.get(id)?.expiring_at,
+            Due::Expired(id) => self.routes.get(id)?.expired_at,
+            Due::TrustLeaves => self.trust.as_ref()?.next_leave().map(past),
+        }
+    }
+
+    /// An armed timer whose time has come.
+    fn fire(&mut self, due: Due, now: SystemTime) {
+        match due {
+            Due::Retry(id) => {
+                if let Some((_, bundle)) = self.routes.get_mut(id).and_then(|r| r.retry.take()) {
+                    self.consider(id, bundle, now);
+                }
+            }
+            Due::Expiring(id) => self.expiring(id),
+            Due::Expired(id) => self.expired(id),
             Due::TrustLeaves => {
                 if let Some(trust) = self.trust.as_mut() {
                     let change = trust.expire(now);
                     self.trust_changed(change);
                 }
             }
-            Due::Retry(id) => {
-                if let Some(route) = self.routes.get_mut(id)
-                    && let Some((at, bundle)) = route.retry.take()
-                {
-                    if now < at {
-                        route.retry = Some((at, bundle));
-                        self.out.push(Effect::Arm(due, at));
-                    } else {
-                        self.consider(id, bundle, now);
-                    }
-                }
-            }
-            Due::Expiring(id) => {
-                if let Some(route) = self.routes.get_mut(id)
-                    && let Some(at) = route.expiring_at.take()
-                {
-                    if now < at {
-                        route.expiring_at = Some(at);
-                        self.out.push(Effect::Arm(due, at));
-                    } else {
-                        route.status.expiring = true;
-                        if let Some(info) = route.status.current.clone() {
-                            let route = route.label.clone();
-                            self.event(Event::ExpiringNotReplaced { route, info });
-                        }
-                        self.changed.push(id);
-                    }
-                }
-            }
-            Due::Expired(id) => self.expired(id, now),
         }
-        self.finish()
     }
 
-    fn expired(&mut self, id: RouteId, now: SystemTime) {
+    /// The route's certificate entered its warning window without being replaced.
+    fn expiring(&mut self, id: RouteId) {
         let Some(route) = self.routes.get_mut(id) else {
             return;
         };
-        let (Some(at), Some(info)) = (route.expired_at.take(), route.status.current.as_ref())
-        else {
+        route.expiring_at = None;
+        route.status.expiring = true;
+        if let Some(info) = route.status.current.clone() {
+            let route = route.label.clone();
+            self.event(Event::ExpiringNotReplaced { route, info });
+        }
+        self.changed.push(id);
+    }
+
+    /// The route's certificate expired (its timer is armed a millisecond past `notAfter`).
+    fn expired(&mut self, id: RouteId) {
+        let Some(route) = self.routes.get_mut(id) else {
             return;
         };
-        if Validity::at(now, info.not_before, info.not_after) != Validity::Expired {
-            route.expired_at = Some(at);
-            self.out.push(Effect::Arm(Due::Expired(id), at));
+        route.expired_at = None;
+        let Some(info) = route.status.current.as_ref() else {
             return;
-        }
+        };
         let error = Arc::new(Error::ServedExpired {
             origin: info.origin.clone(),
             not_after: info.not_after,
@@ -341,30 +342,30 @@ impl Engine {
                 .validate_as(&bundle, &route.rule(client_ca), now)
         }))
         .unwrap_or_else(|panic| {
-            Err(Error::Internal {
-                route: route.label.clone().unwrap_or_else(|| "default".to_owned()),
-                origin: bundle.origin().clone(),
-                message: panic_message(panic.as_ref()),
-            })
+            let message = panic_message(panic.as_ref());
+            Err(internal(route.label.as_deref(), &bundle, message))
         });
         match checked {
             Ok(validated) => self.install(id, validated, now),
-            Err(err) => {
-                let error = Arc::new(err);
-                let label = route.label.clone();
-                self.event(Event::Rejected {
-                    route: label,
-                    error: Arc::clone(&error),
-                });
-                if let Error::NotYetValid { not_before, .. } = &*error
-                    && let Some(route) = self.routes.get_mut(id)
-                {
-                    route.retry = Some((*not_before, bundle));
-                    self.out.push(Effect::Arm(Due::Retry(id), *not_before));
-                }
-                self.record(id, error);
-            }
+            Err(err) => self.reject(id, err, bundle),
         }
+    }
+
+    /// `bundle` is refused for its route, which keeps what it serves; one not valid yet is
+    /// tried again at its `notBefore`.
+    fn reject(&mut self, id: RouteId, err: Error, bundle: CertBundle) {
+        let error = Arc::new(err);
+        self.event(Event::Rejected {
+            route: self.routes.label(id),
+            error: Arc::clone(&error),
+        });
+        if let Error::NotYetValid { not_before, .. } = &*error
+            && let Some(route) = self.routes.get_mut(id)
+        {
+            route.retry = Some((*not_before, bundle));
+            self.out.push(Effect::Arm(Due::Retry(id), *not_before));
+        }
+        self.record(id, error);
     }
 
     fn install(&mut self, id: RouteId, validated: Validated, now: SystemTime) {
@@ -378,8 +379,7 @@ impl Engine {
         // Armed timers are replaced by the new ones, or cancelled.
         let expiring_at = info.not_after.checked_sub(window).filter(|at| *at >= now);
         let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
-        let expired_at =
-            (!expired).then(|| saturating_add(info.not_after, Duration::from_millis(1)));
+        let expired_at = (!expired).then(|| past(info.not_after));
         for (due, at, armed) in [
             (Due::Expiring(id), expiring_at, route.expiring_at.is_some()),
             (Due::Expired(id), expired_at, route.expired_at.is_some()),
@@ -462,7 +462,7 @@ impl Engine {
                 route.status.stopped = true;
             }
             let error = Error::SourcePanicked {
-                route: label.unwrap_or_else(|| "default".to_owned()),
+                route: route_name(label.as_deref()),
                 message: message.clone(),
             };
             self.record(id, Arc::new(error));
@@ -527,10 +527,7 @@ impl Engine {
             self.event(Event::CaLeft { fingerprint });
         }
         self.out.push(match next {
-            Some(at) => Effect::Arm(
-                Due::TrustLeaves,
-                saturating_add(at, Duration::from_millis(1)),
-            ),
+            Some(at) => Effect::Arm(Due::TrustLeaves, past(at)),
             None => Effect::Cancel(Due::TrustLeaves),
         });
     }
@@ -552,5 +549,26 @@ impl Engine {
 
     fn event(&mut self, event: Event) {
         self.out.push(Effect::Event(event));
+    }
+}
+
+/// A timer past a deadline (a CA's leaving, a certificate's end): a millisecond after it, so
+/// that the deadline itself has passed when it fires. Saturating: the year 9999 is a deadline
+/// too.
+fn past(at: SystemTime) -> SystemTime {
+    saturating_add(at, Duration::from_millis(1))
+}
+
+/// How a route is named in errors: its label, or `default`.
+fn route_name(label: Option<&str>) -> String {
+    label.unwrap_or("default").to_owned()
+}
+
+/// The error for a bundle that could not be judged: its check panicked, or the clock did.
+fn internal(route: Option<&str>, bundle: &CertBundle, message: String) -> Error {
+    Error::Internal {
+        route: route_name(route),
+        origin: bundle.origin().clone(),
+        message,
     }
 }
