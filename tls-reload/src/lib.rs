@@ -131,6 +131,8 @@ mod reloader;
 mod serialize;
 mod status;
 mod task;
+#[cfg(test)]
+mod testing;
 mod tls;
 mod validate;
 

@@ -147,15 +147,8 @@ mod tests {
             tls_test::new_year(1950),
             tls_source::clock::latest(),
         );
-        let bundle = tls_source::Decoder::new()
-            .bundle(
-                ("tls.crt", cert.chain_pem.as_bytes()),
-                ("tls.key", cert.key_pem.as_bytes()),
-                None,
-                tls_source::Origin::SelfSigned,
-            )
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let bundle = crate::testing::bundle_from(&cert, None, tls_source::Origin::SelfSigned);
+        let provider = crate::testing::provider();
         let info = crate::Validator::new(provider, crate::Policy::default())
             .validate(&bundle)
             .unwrap()

@@ -9,7 +9,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt as _;
 use tls_reload::{ClientAuth, Error, Reloader, Status};
-use tls_source::CertBundle;
 use tls_source::clock::SteppedClock;
 use tls_test::{TestCa, new_year};
 
@@ -108,13 +107,7 @@ async fn a_bundle_valid_in_1000_days_is_installed_in_1000_days() {
     let ca = TestCa::new("dates");
     let first = ca.leaf(&["localhost"]);
     let later = ca.leaf_valid(&["localhost"], now + 1000 * DAY, now + 3000 * DAY);
-    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<CertBundle, tls_source::Error>>();
-    tx.unbounded_send(Ok(common::bundle(&first))).unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .clock(clock.clone())
-        .spawn(rx)
-        .unwrap();
+    let (tx, reloader) = common::clocked(clock.clone(), &first);
     // Virtual bounds: they fire (and fail the test) instead of hanging if nothing happens.
     let within = |days: u64| Duration::from_secs(days * 86_400);
     tokio::time::timeout(within(1), reloader.ready())

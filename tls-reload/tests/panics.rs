@@ -38,13 +38,7 @@ async fn a_panic_while_checking_an_input_rejects_it_and_the_task_goes_on() {
         ca.leaf(&["localhost"]),
     );
     let clock = Arc::new(Tripwire::default());
-    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<CertBundle, tls_source::Error>>();
-    tx.unbounded_send(Ok(bundle(&first))).unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .clock(clock.clone())
-        .spawn(rx)
-        .unwrap();
+    let (tx, reloader) = common::clocked(clock.clone(), &first);
     patiently("ready", reloader.ready()).await.unwrap();
     let server = TestServer::start(reloader.resolver()).await;
 

@@ -125,48 +125,38 @@ async fn a_not_yet_valid_pair_replaced_by_garbage_never_comes_back() {
     let ca = TestCa::new("resurrection");
     let good = ca.leaf(&["localhost"]);
     let future = ca.leaf_valid(&["localhost"], now + Duration::from_secs(2), now + DAY);
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tx.unbounded_send(Ok(common::bundle(&good))).unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .clock(clock.clone())
-        .spawn(rx)
-        .unwrap();
-    let mut status = reloader.status();
+    let (tx, reloader) = common::clocked(clock.clone(), &good);
     tokio::time::timeout(PATIENCE, reloader.ready())
         .await
         .unwrap()
         .unwrap();
-
-    tx.unbounded_send(Ok(common::bundle(&future))).unwrap();
-    tokio::time::timeout(
-        PATIENCE,
-        status.wait_for(|s| {
+    let error_says = |text: &'static str| {
+        move |s: &tls_reload::Status| {
             s.last_error
                 .as_ref()
-                .is_some_and(|e| e.to_string().contains("not valid before"))
-        }),
+                .is_some_and(|e| e.to_string().contains(text))
+        }
+    };
+
+    tx.unbounded_send(Ok(common::bundle(&future))).unwrap();
+    tls_test::wait_for(
+        reloader.status(),
+        "rejected as not yet valid",
+        error_says("not valid before"),
     )
-    .await
-    .expect("rejected as not yet valid")
-    .unwrap();
+    .await;
     // What the file source reports for garbage on disk.
     let garbage = tls_source::Error::Malformed {
         input: "tls.crt".into(),
         reason: "no PEM certificate".into(),
     };
     tx.unbounded_send(Err(garbage)).unwrap();
-    tokio::time::timeout(
-        PATIENCE,
-        status.wait_for(|s| {
-            s.last_error
-                .as_ref()
-                .is_some_and(|e| e.to_string().contains("tls.crt"))
-        }),
+    tls_test::wait_for(
+        reloader.status(),
+        "the garbage reported",
+        error_says("tls.crt"),
     )
-    .await
-    .expect("the garbage reported")
-    .unwrap();
+    .await;
 
     // Past the moment the replaced pair would have become valid.
     tokio::time::sleep(Duration::from_secs(4)).await;

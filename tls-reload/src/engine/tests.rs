@@ -1,14 +1,14 @@
 //! The engine's decisions, driven by hand: real certificates from a test CA, a stepped `now`,
 //! and the effects it returns. No runtime, no timers, no sleeps.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tls_source::{CertBundle, Decoder, Keyed, KeyedUpdate, Origin};
-use tls_test::{TestCa, TestCert};
+use tls_source::{CertBundle, Keyed, KeyedUpdate};
+use tls_test::TestCa;
 
 use super::*;
 use crate::status::RouteStatus;
+use crate::testing::{bundle as bundle_of, provider};
 use crate::{Policy, Purpose};
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -18,35 +18,20 @@ fn t0() -> SystemTime {
     tls_test::new_year(2030)
 }
 
-fn decode(cert: &TestCert, ca: Option<&TestCa>) -> CertBundle {
-    let ca_pem = ca.map(TestCa::cert_pem);
-    Decoder::new()
-        .bundle(
-            ("tls.crt", cert.chain_pem.as_bytes()),
-            ("tls.key", cert.key_pem.as_bytes()),
-            ca_pem.as_deref().map(|pem| ("ca.crt", pem.as_bytes())),
-            Origin::Other(format!("test {}", &cert.fingerprint[..8])),
-        )
-        .expect("a valid test bundle")
-}
-
 /// A bundle for `name`, valid from a day before [`t0`] for 30 days.
 pub(crate) fn bundle(name: &str) -> CertBundle {
     valid(name, t0() - DAY, t0() + 30 * DAY)
 }
 
 fn valid(name: &str, not_before: SystemTime, not_after: SystemTime) -> CertBundle {
-    decode(
+    bundle_of(
         &TestCa::new("engine").leaf_valid(&[name], not_before, not_after),
         None,
     )
 }
 
 fn validator() -> Validator {
-    Validator::new(
-        Arc::new(rustls::crypto::ring::default_provider()),
-        Policy::default(),
-    )
+    Validator::new(provider(), Policy::default())
 }
 
 fn default_engine() -> Engine {
@@ -428,7 +413,7 @@ fn a_client_ca_that_left_is_trusted_for_the_overlap_then_its_sessions_go() {
     let mut engine = mtls_engine(overlap);
     let (old, new) = (TestCa::new("old"), TestCa::new("new"));
     let leaf = |ca: &TestCa| {
-        decode(
+        bundle_of(
             &ca.leaf_valid(&["localhost"], t0() - DAY, t0() + DAY),
             Some(ca),
         )
@@ -451,7 +436,7 @@ fn a_client_ca_that_left_is_trusted_for_the_overlap_then_its_sessions_go() {
 #[test]
 fn a_client_identity_must_bring_the_roots_it_trusts_servers_with() {
     let policy = Policy::default().purpose(Purpose::Any);
-    let validator = Validator::new(Arc::new(rustls::crypto::ring::default_provider()), policy);
+    let validator = Validator::new(provider(), policy);
     let mut engine = Engine::new(validator, vec![Kind::Client], None);
     engine.start();
     let effects = engine.batch(vec![route(0, bundle("client"))], t0());
@@ -460,7 +445,7 @@ fn a_client_identity_must_bring_the_roots_it_trusts_servers_with() {
         Error::Untrusted { .. }
     ));
     let ca = TestCa::new("servers");
-    let with_roots = decode(
+    let with_roots = bundle_of(
         &ca.leaf_valid(&["client"], t0() - DAY, t0() + DAY),
         Some(&ca),
     );

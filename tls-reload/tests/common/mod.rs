@@ -207,3 +207,19 @@ pub fn bundle_with_cas(cert: &TestCert, cas: &[&tls_test::TestCa]) -> tls_source
         )
         .expect("a valid test bundle")
 }
+
+/// What feeds a reloader on a channel: send a bundle or a report, the reloader takes it next.
+pub type Feed =
+    futures::channel::mpsc::UnboundedSender<Result<tls_source::CertBundle, tls_source::Error>>;
+
+/// A reloader on a channel whose first item is `first`, judging validity by `clock`.
+pub fn clocked(clock: Arc<dyn tls_source::clock::Clock>, first: &TestCert) -> (Feed, Reloader) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(bundle(first))).unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .clock(clock)
+        .spawn(rx)
+        .unwrap();
+    (tx, reloader)
+}
