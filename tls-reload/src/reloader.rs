@@ -167,7 +167,9 @@ impl Builder {
     }
 
     /// Strict SNI: a handshake whose server name no route serves (or that sends none) fails,
-    /// instead of being served the default certificate. Default: off.
+    /// instead of being served the default certificate. The default certificate, if there is
+    /// one, is then served like a route, to the names it covers (its DNS SANs; a name a route
+    /// claims stays with the route). Default: off.
     pub fn sni_strict(mut self, strict: bool) -> Self {
         self.strict = strict;
         self
@@ -255,7 +257,8 @@ impl Builder {
         if default.is_none() && named.is_empty() && self.keyed.is_empty() {
             return Err(Error::NoSources);
         }
-        let has_routes = !named.is_empty() || !self.keyed.is_empty();
+        // Strict SNI looks names up even without routes: the default is served by its names.
+        let has_routes = !named.is_empty() || !self.keyed.is_empty() || self.strict;
         let token = self.token.unwrap_or_default().child_token();
         let gone = CancellationToken::new();
         let resolver = Arc::new(CertResolver::new(
@@ -290,6 +293,7 @@ impl Builder {
             named,
             keyed: self.keyed,
             trust,
+            strict: self.strict,
         };
         let (engine, inputs, trust) = plan.start(validator);
         let server = Server {

@@ -156,10 +156,45 @@ async fn strict_mode_refuses_unknown_and_missing_names() {
         served_for(server.addr(), "api.example.com").await.unwrap(),
         api.fingerprint
     );
+    assert_eq!(
+        served_for(server.addr(), "localhost").await.unwrap(),
+        default.fingerprint,
+        "the default is served to the names it covers, like a route"
+    );
+    // 127.0.0.1: a ClientHello without SNI.
     for name in ["unknown.test", "127.0.0.1"] {
         assert!(
             served_for(server.addr(), name).await.is_err(),
             "{name} is refused in strict mode"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_with_only_a_default_serves_it_by_its_names() {
+    let ca = TestCa::new("strict-default");
+    let dir = tempfile::tempdir().unwrap();
+    let default = ca.leaf(&["localhost", "*.internal.test"]);
+    let (_default_dir, source) = kube_source(dir.path(), "default", &default);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .sni_strict(true)
+        .spawn(source)
+        .unwrap();
+    // Ready: nothing is waited for that will not be served.
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    for name in ["localhost", "api.internal.test"] {
+        assert_eq!(
+            served_for(server.addr(), name).await.unwrap(),
+            default.fingerprint,
+            "{name} is covered by the default"
+        );
+    }
+    for name in ["other.test", "127.0.0.1"] {
+        assert!(
+            served_for(server.addr(), name).await.is_err(),
+            "{name} is refused: the default does not cover it"
         );
     }
 }

@@ -102,6 +102,12 @@ pub(crate) struct Engine {
 impl Engine {
     /// An engine for the static routes `statics` (`RouteId` 0, 1, … in this order) and, with
     /// client authentication, the trust.
+    /// Under strict SNI: the default route is served by the names its certificate covers,
+    /// through a slot in the SNI table like any route, and never to other names.
+    pub(crate) fn serve_default_by_name(&mut self) {
+        self.routes.serve_default_by_name();
+    }
+
     pub(crate) fn new(validator: Validator, statics: Vec<Kind>, trust: Option<TrustSet>) -> Self {
         let routes = Routes::new(statics);
         Self {
@@ -392,15 +398,23 @@ impl Engine {
         }
         route.expiring_at = expiring_at;
         route.expired_at = expired_at;
-        let names: Vec<RouteName> = match &route.kind {
-            Kind::Keyed => info
+        // Routes served by their certificate's names: keyed ones, and the default under strict
+        // SNI (it has a slot then).
+        let by_names = match route.kind {
+            Kind::Keyed => true,
+            Kind::Default => route.slot.is_some(),
+            Kind::Named(_) | Kind::Client => false,
+        };
+        let names: Vec<RouteName> = if by_names {
+            info
                 .dns_names
                 .iter()
                 .filter_map(|n| RouteName::parse(n).ok())
-                .collect(),
-            _ => Vec::new(),
+                .collect()
+        } else {
+            Vec::new()
         };
-        if matches!(route.kind, Kind::Keyed)
+        if by_names
             && route.installed.as_ref().map(|(_, n)| n) != Some(&names)
         {
             self.table_dirty = true;

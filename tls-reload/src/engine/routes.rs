@@ -118,6 +118,15 @@ impl Routes {
         }
     }
 
+    /// Gives the default route a slot of its own, served in the table by its names.
+    pub(crate) fn serve_default_by_name(&mut self) {
+        for route in self.slab[..self.statics].iter_mut().flatten() {
+            if matches!(route.kind, Kind::Default) {
+                route.slot = Some(Arc::default());
+            }
+        }
+    }
+
     pub(crate) fn statics(&self) -> std::ops::Range<RouteId> {
         0..self.statics
     }
@@ -176,8 +185,9 @@ impl Routes {
             .collect()
     }
 
-    /// The SNI table: the named routes first, then each keyed route's names (a name already
-    /// taken stays with the route that took it, reported in `events`).
+    /// The SNI table: the named routes first, then each keyed route's names, then (under strict
+    /// SNI) the default's (a name already taken stays with the route that took it; between
+    /// keyed routes that is reported in `events`).
     pub(crate) fn table(&self, events: &mut Vec<Event>) -> Table {
         let mut table = Table::default();
         for route in self.slab[..self.statics].iter().flatten() {
@@ -198,6 +208,15 @@ impl Routes {
                         route: route.label.clone(),
                         name: name.to_string(),
                     });
+                }
+            }
+        }
+        for route in self.slab[..self.statics].iter().flatten() {
+            if let (Kind::Default, Some(slot), Some((_, names))) =
+                (&route.kind, &route.slot, &route.installed)
+            {
+                for name in names {
+                    table.insert(name, slot);
                 }
             }
         }

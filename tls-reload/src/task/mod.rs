@@ -76,6 +76,8 @@ pub(crate) struct Plan {
     pub(crate) keyed: Vec<BoxKeyedCertSource>,
     /// With client authentication: the set, the config side, and the source of its own.
     pub(crate) trust: Option<(TrustSet, TrustConfig, Option<BoxStream<'static, TrustItem>>)>,
+    /// Strict SNI: the default certificate is served by its names only, like a route.
+    pub(crate) strict: bool,
 }
 
 /// The server's effects: the resolver and the status.
@@ -112,7 +114,11 @@ impl Plan {
             }
             None => (None, None),
         };
-        (Engine::new(validator, statics, set), inputs, config)
+        let mut engine = Engine::new(validator, statics, set);
+        if self.strict {
+            engine.serve_default_by_name();
+        }
+        (engine, inputs, config)
     }
 }
 
