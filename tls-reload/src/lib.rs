@@ -70,10 +70,13 @@
 //! | `tls_certificate_expiration_timestamp_seconds` | gauge | `source`, `route` | the served leaf's `notAfter`, Unix seconds |
 //! | `tls_certificate_not_before_timestamp_seconds` | gauge | `source`, `route` | the served leaf's `notBefore` |
 //! | `tls_reload_installs_total` | counter | `route` | certificates installed |
-//! | `tls_reload_rejections_total` | counter | `route`, `reason` | inputs refused, by [`Error::reason`]: `parse`, `key`, `key_mismatch`, `expired`, `not_yet_valid`, `chain`, `too_large`, `name`, `purpose`, `untrusted`, `no_client_ca`, `served_expired`, `source` |
+//! | `tls_reload_rejections_total` | counter | `route`, `reason` | inputs refused, by [`Error::reason`]: `parse`, `key`, `key_mismatch`, `expired`, `not_yet_valid`, `chain`, `too_large`, `name`, `purpose`, `untrusted`, `no_client_ca`, `served_expired`, `source`, `internal` |
 //! | `tls_source_errors_total` | counter | `route` | errors a source reported (undecodable input is also a rejection) |
 //! | `tls_reload_last_success_timestamp_seconds` | gauge | `route` | the last install, or the last good read of unchanged material after an error |
 //! | `tls_reload_ready` | gauge | | 1 once everything that must be served is, else 0 |
+//!
+//! The default's and the static routes' counters are recorded at 0, for every reason, when the
+//! reloader starts, so a first scrape has them and an `increase()` alert sees the first event.
 //!
 //! `route` is empty for the default certificate, else the route's name (an SNI name, or a keyed
 //! source's key such as a Secret's `namespace/name`). `source` says where the certificate comes

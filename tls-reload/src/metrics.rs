@@ -76,6 +76,45 @@ pub(crate) fn installed(route: Option<&str>, info: &CertInfo) {
     let _ = (route, info);
 }
 
+/// Every reason a rejection is counted under ([`Error::reason`](crate::Error::reason)).
+#[cfg(feature = "metrics")]
+const REASONS: [&str; 14] = [
+    "parse",
+    "key",
+    "key_mismatch",
+    "expired",
+    "not_yet_valid",
+    "chain",
+    "too_large",
+    "name",
+    "purpose",
+    "untrusted",
+    "no_client_ca",
+    "served_expired",
+    "source",
+    "internal",
+];
+
+/// A static route (`None`: the default): its counters are recorded at 0, for every reason.
+pub(crate) fn declared(route: Option<&str>) {
+    #[cfg(feature = "metrics")]
+    {
+        let route = route.unwrap_or_default().to_owned();
+        metrics::counter!("tls_reload_installs_total", "route" => route.clone()).increment(0);
+        metrics::counter!("tls_source_errors_total", "route" => route.clone()).increment(0);
+        for reason in REASONS {
+            metrics::counter!(
+                "tls_reload_rejections_total",
+                "route" => route.clone(),
+                "reason" => reason
+            )
+            .increment(0);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = route;
+}
+
 /// The source gave unchanged material again after an error: a success, nothing installed.
 pub(crate) fn recovered(route: Option<&str>) {
     #[cfg(feature = "metrics")]

@@ -1,6 +1,6 @@
 //! The metrics (feature `metrics`) as an exporter would read them: a reloader on kubelet-style
 //! files, a real handshake, then a rejected pair, garbage, an expired certificate and a good
-//! one again, each reflected in the counters and gauges.
+//! one again, then one that expires while served, each reflected in the counters and gauges.
 //!
 //! One test in this binary: the recorder is the process's global one.
 
@@ -76,6 +76,23 @@ async fn installs_rejections_expiry_and_readiness_are_recorded() {
     let default = [("route", ""), ("source", source.as_str())];
 
     exported.eventually("tls_reload_ready", &[], 1.0).await;
+    // The counters exist at 0 before their first event, for every known reason, so that an
+    // `increase()` alert sees the first one.
+    for reason in ["key_mismatch", "parse", "expired", "served_expired", "internal"] {
+        assert_eq!(
+            exported.value(
+                "tls_reload_rejections_total",
+                &[("route", ""), ("reason", reason)]
+            ),
+            Some(0.0),
+            "{reason} at 0 from the start:\n{}",
+            exported.0.render()
+        );
+    }
+    assert_eq!(
+        exported.value("tls_source_errors_total", &[("route", "")]),
+        Some(0.0)
+    );
     exported
         .eventually("tls_reload_installs_total", &[("route", "")], 1.0)
         .await;
@@ -141,4 +158,21 @@ async fn installs_rejections_expiry_and_readiness_are_recorded() {
         exported.value("tls_certificate_expiration_timestamp_seconds", &default),
         Some(not_after)
     );
+
+    // A certificate that expires while served: counted as served_expired.
+    let now = std::time::SystemTime::now();
+    let short = ca.leaf_valid(
+        &["localhost"],
+        now - Duration::from_secs(60),
+        now + Duration::from_secs(2),
+    );
+    write_kube(&harness.kube, &short);
+    harness.expect_served(&short).await;
+    exported
+        .eventually(
+            "tls_reload_rejections_total",
+            &[("route", ""), ("reason", "served_expired")],
+            1.0,
+        )
+        .await;
 }

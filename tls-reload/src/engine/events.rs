@@ -65,6 +65,8 @@ pub(crate) enum Event {
     },
     /// Readiness changed (or was first computed).
     Ready(bool),
+    /// The static routes, at the start: their counters are recorded at 0.
+    Declared { routes: Vec<Option<String>> },
 }
 
 /// A `tracing` event about a route's certificate, with the fields every such event carries.
@@ -175,6 +177,16 @@ impl Event {
             }
             Self::ServedExpired { route, error } => {
                 tracing::warn!(error = %error, route = route.as_deref(), "the served certificate has expired");
+                if m {
+                    metrics::rejected(route.as_deref(), error.reason());
+                }
+            }
+            Self::Declared { routes } => {
+                if m {
+                    for route in routes {
+                        metrics::declared(route.as_deref());
+                    }
+                }
             }
             Self::Ready(ready) => {
                 if m {

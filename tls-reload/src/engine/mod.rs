@@ -126,6 +126,16 @@ impl Engine {
 
     /// The effects before any input: the empty table, the static routes in the status.
     pub(crate) fn start(&mut self) -> Vec<Effect> {
+        // The static routes' counters exist (at 0) from the first scrape, so that an alert on
+        // `increase()` sees the first rejection.
+        let routes = self
+            .routes
+            .statics()
+            .filter_map(|id| self.routes.get(id))
+            .filter(|r| !matches!(r.kind, Kind::Client))
+            .map(|r| r.label.clone())
+            .collect();
+        self.event(Event::Declared { routes });
         self.finish()
     }
 
