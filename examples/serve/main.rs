@@ -127,7 +127,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
     }
 
-    let (source, trigger, leader) = source(&args).await?;
+    let (source, trigger, fleet) = source(&args).await?;
+    let (leader, released) = fleet.map(|f| (f.leader, f.released)).unzip();
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .sni_strict(args.sni.strict);
@@ -195,6 +196,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!("listening on https://{addr}");
     serve(incoming, app, &shutdown).await;
     reloader.stopped().await;
+    if let Some(released) = released {
+        // A leader gives up its Lease, so that another replica leads at once.
+        let _ = tokio::time::timeout(Duration::from_secs(10), released).await;
+    }
     if let Ok(Some(ended)) = stopped_alone.await {
         anyhow::bail!(
             "the certificate reloader stopped ({ended}); exiting so that the process is restarted"
@@ -228,12 +233,14 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
 }
 
 /// The certificate source the flags choose; the trigger that re-reads files (SIGHUP); with
-/// `--k8s-shared`, the leadership.
-type Chosen = (
-    BoxCertSource,
-    Option<Trigger>,
-    Option<watch::Receiver<tls_k8s::Leadership>>,
-);
+/// `--k8s-shared`, the fleet's side.
+type Chosen = (BoxCertSource, Option<Trigger>, Option<Fleet>);
+
+/// With `--k8s-shared`: the leadership, and the end of the writer (its Lease released).
+struct Fleet {
+    leader: watch::Receiver<tls_k8s::Leadership>,
+    released: futures::future::BoxFuture<'static, ()>,
+}
 
 async fn source(args: &Args) -> anyhow::Result<Chosen> {
     let files = |builder: tls_source::FileSourceBuilder| {
@@ -264,8 +271,11 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
                 shared = shared.lease(lease);
             }
             let shared = shared.start(&CancellationToken::new());
-            let leader = shared.leadership();
-            Ok((shared.boxed_source(), None, Some(leader)))
+            let fleet = Fleet {
+                leader: shared.leadership(),
+                released: Box::pin(shared.stopped()),
+            };
+            Ok((shared.boxed_source(), None, Some(fleet)))
         }
         Certs::Files { cert, key, ca } => {
             let builder = FileSource::builder(cert, key);

@@ -906,6 +906,33 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
         );
     }
     assert!(api.get("secrets", "default", "web-tls-ca").is_some());
+
+    // The leader stopped with SIGTERM releases its Lease: another replica leads within a few
+    // retry periods (2 s each), not after the 15 s lease duration.
+    // Its endpoint stays up: the release goes through it.
+    let (_endpoint, leader) = replicas.remove(at);
+    leader.signal("-TERM");
+    assert_eq!(leader.exit_code().await, Some(0));
+    let stored = api.get("leases", "default", "web-tls-writer").unwrap();
+    assert!(
+        stored["spec"]["holderIdentity"].is_null(),
+        "released on SIGTERM: {stored}"
+    );
+    let released = tokio::time::Instant::now();
+    loop {
+        let mut leading = 0;
+        for (_, serve) in &replicas {
+            leading += usize::from(serve.status().await["leader"]["leading"] == true);
+        }
+        if leading == 1 {
+            break;
+        }
+        assert!(
+            released.elapsed() < Duration::from_secs(10),
+            "no replica led within 10 s of the release (the lease duration is 15 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for (_, serve) in replicas {
         serve.signal("-TERM");
         assert_eq!(serve.exit_code().await, Some(0));

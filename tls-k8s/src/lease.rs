@@ -60,7 +60,11 @@ pub struct LeaseLock {
     lease_duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
+    release_on_cancel: bool,
 }
+
+/// The longest a stopping leader waits to release its lease.
+const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 impl fmt::Debug for LeaseLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -70,6 +74,7 @@ impl fmt::Debug for LeaseLock {
             .field("lease_duration", &self.lease_duration)
             .field("renew_deadline", &self.renew_deadline)
             .field("retry_period", &self.retry_period)
+            .field("release_on_cancel", &self.release_on_cancel)
             .finish_non_exhaustive()
     }
 }
@@ -97,7 +102,17 @@ impl LeaseLock {
             lease_duration: DEFAULT_LEASE_DURATION,
             renew_deadline: DEFAULT_RENEW_DEADLINE,
             retry_period: DEFAULT_RETRY_PERIOD,
+            release_on_cancel: true,
         }
+    }
+
+    /// Whether a leader stopped by its token releases the lease (client-go's
+    /// `ReleaseOnCancel`), so a follower leads within one retry period rather than after a
+    /// lease duration. Default: on. A leader that is killed, or cut off from the API, cannot
+    /// release: the others take over when its lease expires.
+    pub fn release_on_cancel(mut self, release: bool) -> Self {
+        self.release_on_cancel = release;
+        self
     }
 
     /// The lease duration, the renew deadline and the retry period (defaults 15 s, 10 s,
@@ -111,8 +126,8 @@ impl LeaseLock {
         self
     }
 
-    /// Runs the election until `token` is cancelled (a leader then stops renewing; its lease
-    /// expires for the others).
+    /// Runs the election until `token` is cancelled (a leader then stops renewing and releases
+    /// its lease, see [`release_on_cancel`](Self::release_on_cancel)).
     ///
     /// # Panics
     /// Outside a Tokio runtime.
@@ -198,10 +213,57 @@ impl LeaseLock {
             }
             self.publish_leading(&tx, &election, leading_now);
         }
+        // Not leading from here on: whatever follows this replica writes nothing.
         tx.send_modify(|l| {
             l.leading = false;
             crate::metrics::leadership(&self.name, l);
         });
+        if self.release_on_cancel
+            && let Some(mine) = election.written.take()
+        {
+            // Bounded: a stop must not hang on an API that does not answer.
+            let budget = self.renew_deadline.min(RELEASE_BUDGET);
+            if tokio::time::timeout(budget, self.release(mine))
+                .await
+                .is_err()
+            {
+                tracing::debug!(lease = %self.name, "releasing the lease timed out; it expires for the others");
+            }
+        }
+    }
+
+    /// Gives up the lease (client-go's `ReleaseOnCancel`): no holder, a one-second duration,
+    /// written with a compare-and-swap on the Lease this replica last wrote, so a follower
+    /// takes over at its next retry instead of after a lease duration. If anything changed
+    /// since (another replica took over), nothing is written.
+    async fn release(&self, mine: Lease) {
+        let Some(mut spec) = mine.spec.clone() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now.clone());
+        spec.acquire_time = Some(now);
+        let released = Lease {
+            metadata: mine.metadata.clone(),
+            spec: Some(spec),
+        };
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &released)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(lease = %self.name, identity = %self.identity, "lease released");
+            }
+            Err(err) => {
+                tracing::debug!(lease = %self.name, error = %err, "releasing the lease failed; it expires for the others");
+            }
+        }
     }
 
     fn publish(&self, tx: &watch::Sender<Leadership>, election: &Election) {
@@ -355,7 +417,8 @@ impl LeaseHandle {
         self.leadership.clone()
     }
 
-    /// Stops the election and waits for its task (a leader stops renewing).
+    /// Stops the election and waits for its task (a leader stops renewing and releases its
+    /// lease, at most 5 s or the renew deadline).
     pub async fn stop(self) {
         self.token.cancel();
         let _ = self.task.await;

@@ -166,3 +166,58 @@ async fn a_leader_cut_off_from_the_api_steps_down_and_one_leads_again_after() {
     let after = one_leader(&replicas).await;
     assert!(after.round >= before.round, "the round never goes back");
 }
+
+/// A leader stopped gracefully releases its Lease (client-go's `ReleaseOnCancel`): with a lease
+/// of a minute, a follower leads within the test's patience, not after the minute; with
+/// release off, the stopped leader's Lease still names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_gracefully_releases_and_a_follower_leads_at_its_next_retry() {
+    let api = KubeApi::start().await;
+    let long = |identity: &str, release: bool| {
+        LeaseLock::new(client(&api), "default", "tls-writer", identity)
+            .timing(
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+                Duration::from_millis(100),
+            )
+            .release_on_cancel(release)
+            .spawn(CancellationToken::new())
+    };
+    let replicas = vec![
+        ("a".to_owned(), long("a", true)),
+        ("b".to_owned(), long("b", true)),
+    ];
+    let first = one_leader(&replicas).await;
+    let mut replicas = replicas;
+    let at = replicas
+        .iter()
+        .position(|(id, _)| Some(id.as_str()) == first.holder.as_deref())
+        .unwrap();
+    let (_, leader) = replicas.remove(at);
+    leader.stop().await;
+    let stored = api.get("leases", "default", "tls-writer").unwrap();
+    assert!(
+        stored["spec"]["holderIdentity"].is_null(),
+        "released: no holder ({stored})"
+    );
+    // Well inside the 60 s lease: the follower took the released lease.
+    let next = tokio::time::timeout(PATIENCE, one_leader(&replicas))
+        .await
+        .expect("a follower leads long before the lease would have expired");
+    assert_eq!(next.round, first.round + 1, "a new round fences the old leader");
+
+    // Released off: the stopped leader's Lease still names it, until it expires.
+    let (_, leader) = replicas.remove(0);
+    leader.stop().await;
+    let kept = LeaseLock::new(client(&api), "default", "other-writer", "x")
+        .release_on_cancel(false)
+        .spawn(CancellationToken::new());
+    let mut leadership = kept.leadership();
+    tokio::time::timeout(PATIENCE, leadership.wait_for(|l| l.leading))
+        .await
+        .expect("x leads")
+        .unwrap();
+    kept.stop().await;
+    let stored = api.get("leases", "default", "other-writer").unwrap();
+    assert_eq!(stored["spec"]["holderIdentity"], "x");
+}

@@ -128,7 +128,8 @@ pub struct WriterStats {
 
 /// The running shared source: a [`CertSource`](tls_source::CertSource) of the Secret (with the
 /// writer's reports, such as a corrupt CA, as `Err` items), and this replica's leadership. The
-/// writer and the election stop when it is dropped or the token is cancelled.
+/// writer and the election stop when it is dropped or the token is cancelled (see
+/// [`stopped`](SharedSource::stopped)).
 #[must_use = "streams do nothing unless polled"]
 pub struct SharedSource {
     secret: SecretSource,
@@ -136,7 +137,8 @@ pub struct SharedSource {
     leadership: watch::Receiver<Leadership>,
     stats: watch::Receiver<WriterStats>,
     token: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    /// Cancelled once the writer and the election have ended (the lease released).
+    done: CancellationToken,
 }
 
 impl fmt::Debug for SharedSource {
@@ -246,14 +248,22 @@ impl SharedSelfSigned {
             reports: reports_tx,
             stats: stats_tx,
         };
-        let task = tokio::spawn(Arc::new(writer).run(lease, token.clone()));
+        let done = CancellationToken::new();
+        let ended = done.clone().drop_guard();
+        tokio::spawn({
+            let token = token.clone();
+            async move {
+                let _ended = ended;
+                Arc::new(writer).run(lease, token).await;
+            }
+        });
         SharedSource {
             secret,
             reports,
             leadership,
             stats,
             token,
-            task,
+            done,
         }
     }
 }
@@ -262,6 +272,24 @@ impl SharedSource {
     /// Who leads, as this replica sees it (the `leader` of `serve`'s status).
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
         self.leadership.clone()
+    }
+
+    /// Completes once the writer and the election have ended, after the source is dropped or
+    /// its token cancelled: a leader has then released its Lease (at most 5 s), so a follower
+    /// leads within one retry period. Take it before handing the source to the reloader, and
+    /// await it before the process exits:
+    ///
+    /// ```no_run
+    /// # async fn run(shared: tls_k8s::SharedSource, token: tls_reload::CancellationToken) -> Result<(), tls_reload::Error> {
+    /// let released = shared.stopped();
+    /// let reloader = tls_reload::Reloader::builder().cancellation_token(token.clone()).spawn(shared)?;
+    /// // ... serve until `token` is cancelled (SIGTERM) ...
+    /// reloader.stopped().await; // the source is dropped
+    /// released.await;
+    /// # Ok(()) }
+    /// ```
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.done.clone().cancelled_owned()
     }
 
     /// What this replica's writer has done.
@@ -282,8 +310,9 @@ impl Stream for SharedSource {
 }
 
 impl Drop for SharedSource {
+    /// Stops the writer and the election; they end by themselves (a leader releases its Lease
+    /// first), which [`stopped`](SharedSource::stopped) tells.
     fn drop(&mut self) {
         self.token.cancel();
-        self.task.abort();
     }
 }
