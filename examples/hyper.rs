@@ -1,9 +1,6 @@
 //! hyper on a rotating certificate, HTTP/1.1 and HTTP/2, with graceful shutdown:
 //! `cargo run --example hyper -- CERT_DIR [ADDR]`. SIGINT or SIGTERM stops accepting and lets
-//! open connections finish.
-use futures::StreamExt as _;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::{conn::auto, graceful::GracefulShutdown};
+//! open connections finish (tls-reload's `serve_http`, on hyper-util).
 use tls_reload::{CancellationToken, FileSource, Reloader};
 
 async fn hello(
@@ -22,20 +19,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reloader = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .spawn(FileSource::kubernetes_dir(dir).build())?;
-    let mut incoming = reloader.incoming(tokio::net::TcpListener::bind(addr).await?)?;
+    let incoming = reloader.incoming(tokio::net::TcpListener::bind(addr).await?)?;
     println!(
         "listening on https://{}",
         incoming.local_addr().ok_or("no address")?
     );
     tokio::spawn(examples::stop_on_signal(shutdown.clone()));
 
-    // The stream ends when `shutdown` is cancelled.
-    let graceful = GracefulShutdown::new();
-    while let Some(Ok(conn)) = incoming.next().await {
-        let http = auto::Builder::new(TokioExecutor::new());
-        let served = http.serve_connection(TokioIo::new(conn), hyper::service::service_fn(hello));
-        tokio::spawn(graceful.watch(served.into_owned()));
-    }
-    graceful.shutdown().await;
+    // Until `shutdown` is cancelled; then open connections get 10 s to finish.
+    let service = tower::service_fn(hello);
+    tls_reload::http::serve_http(incoming, service).await;
     Ok(())
 }

@@ -67,10 +67,6 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use axum::Router;
 use axum::routing::get;
-use futures::StreamExt as _;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tls_reload::Reloader;
 use tls_selfsigned::SelfSigned;
 use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
@@ -83,7 +79,7 @@ mod cli;
 mod status;
 
 use cli::{Args, Certs, SelfSignedArgs};
-use status::{AppState, ClientLeaf, status_json};
+use status::{AppState, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
 /// (kube's client logs a response body it cannot parse at warn).
@@ -194,7 +190,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     });
     println!("listening on https://{addr}");
-    serve(incoming, app, &shutdown).await;
+    serve(incoming, app).await;
     reloader.stopped().await;
     if let Some(released) = released {
         // A leader gives up its Lease, so that another replica leads at once.
@@ -373,50 +369,13 @@ fn spawn_signal_handler(
 }
 
 /// Serves HTTP on every connection until the stream ends (on shutdown), then waits up to
-/// [`GRACE`] for open ones. Each connection is closed gracefully on shutdown, or when the
-/// accept stream says to recycle it.
-async fn serve(
-    mut incoming: tls_reload::Incoming<tokio::net::TcpStream>,
-    app: Router,
-    shutdown: &CancellationToken,
-) {
-    let connections = tokio_util::task::TaskTracker::new();
-    while let Some(Ok(tls)) = incoming.next().await {
-        let (shutdown, peer) = (shutdown.clone(), tls.peer_addr());
-        // The client certificate of this connection, for the status of its requests.
-        let client = ClientLeaf(
-            tls.peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|leaf| tls_source::Digest::of(leaf).to_string()),
-        );
-        let app = app.clone().layer(axum::Extension(client));
-        let recycle = tls.recycle_signal();
-        connections.spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(app));
-            let mut conn = std::pin::pin!(conn);
-            let ended = tokio::select! {
-                ended = conn.as_mut() => ended,
-                () = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-                () = recycle => {
-                    tracing::debug!(?peer, "a newer certificate is installed: closing the connection gracefully");
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(err) = ended {
-                tracing::debug!(?peer, error = %err, "connection ended with an error");
-            }
-        });
-    }
-    drop(incoming);
-    connections.close();
-    match tokio::time::timeout(GRACE, connections.wait()).await {
-        Ok(()) => tracing::info!("all connections closed"),
-        Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
-    }
+/// [`GRACE`] for open ones: tls-reload's `serve_http`, which closes each connection gracefully
+/// on shutdown, when the accept stream says to recycle it, or when its client's CA is no
+/// longer trusted.
+async fn serve(incoming: tls_reload::Incoming<tokio::net::TcpStream>, app: Router) {
+    tls_reload::http::HttpServer::new()
+        .drain(GRACE)
+        .serve(incoming, app)
+        .await;
+    tracing::info!("all connections closed");
 }

@@ -14,18 +14,20 @@ pub(crate) struct AppState {
     pub(crate) leader: Option<watch::Receiver<tls_k8s::Leadership>>,
 }
 
-/// The SHA-256 of the client certificate presented on a request's connection (mTLS).
-#[derive(Debug, Clone)]
-pub(crate) struct ClientLeaf(pub(crate) Option<String>);
-
 pub(crate) async fn status_json(
     State(state): State<AppState>,
-    axum::Extension(client): axum::Extension<ClientLeaf>,
+    axum::Extension(tls): axum::Extension<tls_reload::TlsInfo>,
 ) -> Json<serde_json::Value> {
+    // The SHA-256 of the client certificate presented on this request's connection (mTLS).
+    let client = tls
+        .peer_certificates
+        .as_deref()
+        .and_then(|chain| chain.first())
+        .map(|leaf| tls_source::Digest::of(leaf).to_string());
     let status = state.status.borrow().clone();
     let mut json = serde_json::to_value(&status).unwrap_or_default();
-    if client.0.is_some() || !status.client_cas.is_empty() {
-        json["client_fingerprint_sha256"] = client.0.into();
+    if client.is_some() || !status.client_cas.is_empty() {
+        json["client_fingerprint_sha256"] = client.into();
         // Present with mTLS even before a CA is trusted or refused.
         if json.get("client_ca_fingerprints_sha256").is_none() {
             json["client_ca_fingerprints_sha256"] = serde_json::json!([]);

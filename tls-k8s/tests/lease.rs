@@ -204,7 +204,11 @@ async fn a_leader_stopped_gracefully_releases_and_a_follower_leads_at_its_next_r
     let next = tokio::time::timeout(PATIENCE, one_leader(&replicas))
         .await
         .expect("a follower leads long before the lease would have expired");
-    assert_eq!(next.round, first.round + 1, "a new round fences the old leader");
+    assert_eq!(
+        next.round,
+        first.round + 1,
+        "a new round fences the old leader"
+    );
 
     // Released off: the stopped leader's Lease still names it, until it expires.
     let (_, leader) = replicas.remove(0);

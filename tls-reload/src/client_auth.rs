@@ -12,7 +12,9 @@ use futures::stream::BoxStream;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
+use tokio::sync::watch;
 
 use crate::CertResolver;
 use crate::engine::TrustSet;
@@ -115,6 +117,8 @@ impl ClientAuth {
 /// `ServerConfig` for the CAs the engine's [`TrustSet`] trusts and stores it where every new
 /// connection loads it.
 pub(crate) struct TrustConfig {
+    /// The verifier after each removal of a CA: open connections are checked again with it.
+    revoked: watch::Sender<Arc<dyn ClientCertVerifier>>,
     configure: Option<Configure>,
     provider: Arc<CryptoProvider>,
     /// Weak, as everything the task holds: the task ends when the handles and resolver are gone.
@@ -132,6 +136,8 @@ pub(crate) struct TrustParts {
     pub(crate) set: TrustSet,
     pub(crate) source: Option<BoxStream<'static, TrustItem>>,
     pub(crate) shared: Arc<ArcSwap<ServerConfig>>,
+    /// What open connections watch: the verifier after each removal of a CA.
+    pub(crate) revoked: watch::Receiver<Arc<dyn ClientCertVerifier>>,
 }
 
 impl TrustParts {
@@ -144,10 +150,13 @@ impl TrustParts {
         resolver: &Arc<CertResolver>,
     ) -> Result<Self, rustls::Error> {
         let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSIONS);
-        let config = crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
+        let (config, verifier) =
+            crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
         let shared = Arc::new(ArcSwap::from_pointee(config.clone()));
+        let (revoked_tx, revoked) = watch::channel(verifier);
         let set = TrustSet::new(auth.overlap, auth.source.is_none());
         let mut trust = TrustConfig {
+            revoked: revoked_tx,
             configure: auth.configure,
             provider,
             resolver: Arc::downgrade(resolver),
@@ -161,6 +170,7 @@ impl TrustParts {
             set,
             source: auth.source,
             shared,
+            revoked,
         })
     }
 }
@@ -179,10 +189,15 @@ impl TrustConfig {
         let Some(resolver) = self.resolver.upgrade() else {
             return Ok(()); // Nothing is served any more.
         };
-        let config =
+        let (config, verifier) =
             crate::tls::mtls_server_config(&self.provider, &resolver, roots, &self.sessions)?;
         self.finish_and_store(config);
         tracing::info!(trusted = roots.len(), "client CAs changed");
+        if invalidate {
+            // After the new config is stored: a connection checked against this verifier and
+            // closed cannot be replaced by one the old config let in.
+            self.revoked.send_replace(verifier);
+        }
         Ok(())
     }
 

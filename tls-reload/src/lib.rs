@@ -127,6 +127,8 @@ mod error;
 #[cfg(feature = "__test-hooks")]
 #[doc(hidden)]
 pub mod hooks;
+#[cfg(feature = "hyper")]
+pub mod http;
 mod metrics;
 mod policy;
 mod reloader;
@@ -141,7 +143,8 @@ mod validate;
 
 #[cfg(feature = "accept")]
 pub use accept::{
-    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming, IncomingBuilder, TlsConnection,
+    DEFAULT_CLOSE_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming,
+    IncomingBuilder, TlsConnection, TlsInfo,
 };
 pub use client::{ClientStatus, ClientTls, ClientTlsBuilder};
 pub use client_auth::{ClientAuth, TrustItem};

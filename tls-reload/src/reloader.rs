@@ -70,6 +70,8 @@ pub struct Reloader {
     /// With client authentication: the config for new connections, rebuilt when the trust
     /// changes.
     tls_config: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
+    /// With client authentication: the verifier after each removal of a CA.
+    revoked: Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>>,
 }
 
 /// Configures a [`Reloader`].
@@ -282,7 +284,7 @@ impl Builder {
                     })?;
                 (
                     Some((parts.set, parts.config, parts.source)),
-                    Some(parts.shared),
+                    Some((parts.shared, parts.revoked)),
                 )
             }
             None => (None, None),
@@ -333,7 +335,8 @@ impl Builder {
                 provider,
                 status: rx,
                 token,
-                tls_config,
+                tls_config: tls_config.as_ref().map(|(shared, _)| Arc::clone(shared)),
+                revoked: tls_config.map(|(_, revoked)| revoked),
             },
             ReloadTask { inner },
         ))
@@ -423,6 +426,14 @@ impl Reloader {
     #[cfg(feature = "accept")]
     pub(crate) fn tls_config(&self) -> Option<Arc<ArcSwap<rustls::ServerConfig>>> {
         self.tls_config.clone()
+    }
+
+    /// With client authentication: what open connections watch, the verifier after each
+    /// removal of a CA.
+    pub(crate) fn revocations(
+        &self,
+    ) -> Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>> {
+        self.revoked.clone()
     }
 
     /// A receiver of the reloader's [`Status`], updated on every install, rejection, source

@@ -78,7 +78,13 @@ async fn installs_rejections_expiry_and_readiness_are_recorded() {
     exported.eventually("tls_reload_ready", &[], 1.0).await;
     // The counters exist at 0 before their first event, for every known reason, so that an
     // `increase()` alert sees the first one.
-    for reason in ["key_mismatch", "parse", "expired", "served_expired", "internal"] {
+    for reason in [
+        "key_mismatch",
+        "parse",
+        "expired",
+        "served_expired",
+        "internal",
+    ] {
         assert_eq!(
             exported.value(
                 "tls_reload_rejections_total",

@@ -9,19 +9,114 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::{CertResolver, Status};
 
-/// An established TLS connection from an [`Incoming`](crate::Incoming) stream: read and write it like the
-/// underlying IO.
+/// An established TLS connection from an [`Incoming`](crate::Incoming) stream: read and write
+/// it like the underlying IO.
+///
+/// With client authentication, the connection follows the trust that let it in: when a client
+/// CA leaves the trusted set (its overlap ended), the client's chain is verified again against
+/// the CAs trusted now, and if it fails, [`close_signal`](Self::close_signal) fires (close
+/// gracefully: HTTP/2 GOAWAY, HTTP/1.1 close after the response in flight), and after the
+/// grace period ([`IncomingBuilder::close_grace`](crate::IncomingBuilder::close_grace),
+/// default 10 s) every read and write fails, so the server drops it whatever its protocol (a
+/// long gRPC stream or a WebSocket cannot outlive it). This is in the connection itself, so
+/// it holds for `axum::serve`, hyper and tonic alike.
 pub struct TlsConnection<IO> {
     pub(super) stream: TlsStream<IO>,
     pub(super) peer: Option<SocketAddr>,
     pub(super) recycle: Option<Recycle>,
+    pub(super) lifetime: Option<Lifetime>,
+}
+
+/// When a connection must close: its client no longer trusted (or its certificate expired).
+pub(super) struct Lifetime {
+    /// Cancelled when the connection should close gracefully.
+    closing: CancellationToken,
+    /// Completes at the end of the grace period after `closing`; `None` once it has.
+    deadline: Option<BoxFuture<'static, ()>>,
+    /// Why it closed, for the error every read and write returns after the deadline.
+    closed: bool,
+}
+
+/// What a connection's client is checked against, and when to close it.
+#[derive(Clone)]
+pub(super) struct Follow {
+    /// The verifier after each removal of a CA.
+    pub(super) revoked: Option<watch::Receiver<Arc<dyn ClientCertVerifier>>>,
+    /// Close at the client certificate's `notAfter`.
+    pub(super) at_expiry: bool,
+    pub(super) grace: Duration,
+}
+
+impl Lifetime {
+    /// The lifetime of a connection whose client presented `chain` (leaf first).
+    pub(super) fn new(
+        chain: Vec<CertificateDer<'static>>,
+        follow: Follow,
+        peer: Option<SocketAddr>,
+    ) -> Option<Self> {
+        if chain.is_empty() || (follow.revoked.is_none() && !follow.at_expiry) {
+            return None;
+        }
+        let expiry = follow
+            .at_expiry
+            .then(|| tls_source::x509::LeafInfo::parse(&chain[0]).ok())
+            .flatten()
+            .map(|leaf| leaf.not_after);
+        let closing = CancellationToken::new();
+        let signal = closing.clone();
+        let Follow { revoked, grace, .. } = follow;
+        let deadline = async move {
+            let untrusted = async {
+                let Some(mut revoked) = revoked else {
+                    return std::future::pending().await;
+                };
+                loop {
+                    if revoked.changed().await.is_err() {
+                        // The reloader is gone: the trust will not change again.
+                        return std::future::pending().await;
+                    }
+                    let verifier = Arc::clone(&revoked.borrow_and_update());
+                    if let Err(err) =
+                        verifier.verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
+                    {
+                        return format!("its client certificate is no longer trusted ({err})");
+                    }
+                }
+            };
+            let expired = async {
+                match expiry.map(|at| at.duration_since(std::time::SystemTime::now())) {
+                    Some(Ok(left)) => tokio::time::sleep(left).await,
+                    Some(Err(_)) => {}
+                    None => std::future::pending().await,
+                }
+                "its client certificate expired".to_owned()
+            };
+            let why = tokio::select! {
+                why = untrusted => why,
+                why = expired => why,
+            };
+            tracing::info!(?peer, reason = %why, ?grace, "closing the connection: gracefully now, for good after the grace period");
+            signal.cancel();
+            tokio::time::sleep(grace).await;
+            tracing::debug!(?peer, "grace period over: connection closed");
+        };
+        Some(Self {
+            closing,
+            deadline: Some(Box::pin(deadline)),
+            closed: false,
+        })
+    }
 }
 
 /// What [`TlsConnection::recycle_signal`] watches.
@@ -65,6 +160,67 @@ impl<IO> TlsConnection<IO> {
     /// The certificate chain the client presented (with client authentication), leaf first.
     pub fn peer_certificates(&self) -> Option<&[rustls::pki_types::CertificateDer<'static>]> {
         self.stream.get_ref().1.peer_certificates()
+    }
+
+    /// Completes when this connection should be closed gracefully: when
+    /// [`recycle_signal`](Self::recycle_signal) does, or when its client is no longer trusted
+    /// (its CA left the trusted set, or, with
+    /// [`close_at_client_expiry`](crate::IncomingBuilder::close_at_client_expiry), its
+    /// certificate expired). Closing is then up to the server (hyper's `graceful_shutdown`);
+    /// a connection whose client is no longer trusted fails every read and write after the
+    /// grace period anyway. [`serve_http`](crate::http::serve_http) does all of this.
+    pub fn close_signal(&self) -> impl Future<Output = ()> + Send + 'static + use<IO> {
+        let recycle = self.recycle_signal();
+        let closing = self.lifetime.as_ref().map(|l| l.closing.clone());
+        async move {
+            let untrusted = async {
+                match closing {
+                    Some(closing) => closing.cancelled_owned().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = recycle => {}
+                () = untrusted => {}
+            }
+        }
+    }
+
+    /// Whether this connection's client is no longer trusted (see
+    /// [`close_signal`](Self::close_signal)).
+    pub fn is_closing(&self) -> bool {
+        self.lifetime
+            .as_ref()
+            .is_some_and(|l| l.closing.is_cancelled())
+    }
+
+    /// What the connection's handlers may want to know: the peer, the server name, ALPN,
+    /// the client's certificates ([`TlsInfo`]).
+    pub fn info(&self) -> TlsInfo {
+        TlsInfo {
+            peer_addr: self.peer,
+            server_name: self.server_name().map(Arc::from),
+            alpn_protocol: self.alpn_protocol().map(Arc::from),
+            peer_certificates: self.peer_certificates().map(Arc::from),
+        }
+    }
+
+    /// After the grace period of a connection whose client is no longer trusted: the error
+    /// every read and write returns. Polls the deadline (registering the waker) otherwise.
+    fn closed(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let lifetime = self.lifetime.as_mut()?;
+        if let Some(deadline) = lifetime.deadline.as_mut()
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            lifetime.deadline = None;
+            lifetime.closed = true;
+        }
+        lifetime.closed.then(|| {
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the client certificate of this connection is no longer trusted",
+            )
+        })
     }
 
     /// The TLS stream, for everything else rustls knows about the connection.
@@ -137,6 +293,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if let Some(err) = self.closed(cx) {
+            return Poll::Ready(Err(err));
+        }
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
@@ -147,10 +306,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if let Some(err) = self.closed(cx) {
+            return Poll::Ready(Err(err));
+        }
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(err) = self.closed(cx) {
+            return Poll::Ready(Err(err));
+        }
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 
@@ -163,6 +328,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if let Some(err) = self.closed(cx) {
+            return Poll::Ready(Err(err));
+        }
         Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
@@ -171,11 +339,63 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
     }
 }
 
+/// What a handler may want to know of its connection: made by [`TlsConnection::info`], put
+/// in every request's extensions by [`serve_http`](crate::http::serve_http), given to tonic
+/// handlers (feature `tonic`: `request.extensions().get::<TlsInfo>()`) and to axum handlers
+/// (feature `axum`: `ConnectInfo<TlsInfo>` with `into_make_service_with_connect_info`).
+///
+/// Reading the client certificate in an axum handler served by `axum::serve`:
+/// ```no_run
+/// # #[cfg(feature = "axum")]
+/// # async fn run(reloader: tls_reload::Reloader) -> Result<(), Box<dyn std::error::Error>> {
+/// use axum::extract::ConnectInfo;
+/// use tls_reload::TlsInfo;
+///
+/// async fn whoami(ConnectInfo(tls): ConnectInfo<TlsInfo>) -> String {
+///     match tls.peer_certificates.as_deref().and_then(|chain| chain.first()) {
+///         Some(leaf) => format!("client certificate {}\n", tls_reload::tls_source::Digest::of(leaf)),
+///         None => "no client certificate\n".into(),
+///     }
+/// }
+///
+/// let app = axum::Router::new().route("/", axum::routing::get(whoami));
+/// let incoming = reloader.incoming(tokio::net::TcpListener::bind("0.0.0.0:8443").await?)?;
+/// axum::serve(incoming, app.into_make_service_with_connect_info::<TlsInfo>()).await?;
+/// # Ok(()) }
+/// ```
+/// With [`serve_http`](crate::http::serve_http), take it from the request's extensions
+/// (`axum::Extension<TlsInfo>`).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct TlsInfo {
+    /// The client's address, when the listener knows it.
+    pub peer_addr: Option<SocketAddr>,
+    /// The server name (SNI) the client asked for.
+    pub server_name: Option<Arc<str>>,
+    /// The ALPN protocol agreed on.
+    pub alpn_protocol: Option<Arc<[u8]>>,
+    /// The chain the client presented (with client authentication), leaf first.
+    pub peer_certificates: Option<Arc<[CertificateDer<'static>]>>,
+}
+
 #[cfg(feature = "tonic")]
 impl<IO> tonic::transport::server::Connected for TlsConnection<IO> {
-    type ConnectInfo = Option<SocketAddr>;
+    type ConnectInfo = TlsInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.peer
+        self.info()
+    }
+}
+
+#[cfg(feature = "axum")]
+impl
+    axum::extract::connect_info::Connected<
+        axum::serve::IncomingStream<'_, super::Incoming<tokio::net::TcpStream>>,
+    > for TlsInfo
+{
+    fn connect_info(
+        stream: axum::serve::IncomingStream<'_, super::Incoming<tokio::net::TcpStream>>,
+    ) -> Self {
+        stream.io().info()
     }
 }

@@ -25,13 +25,16 @@ use tokio::sync::watch;
 
 mod connection;
 
-use connection::Recycle;
-pub use connection::TlsConnection;
+use connection::{Follow, Lifetime, Recycle};
+pub use connection::{TlsConnection, TlsInfo};
 
 use crate::{CertResolver, NotReady, Reloader, Status};
 
 /// The default [`IncomingBuilder::handshake_timeout`]: 10 seconds.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`IncomingBuilder::close_grace`]: 10 seconds.
+pub const DEFAULT_CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// The default [`IncomingBuilder::max_handshakes`]: 1,024 handshakes in progress at once.
 pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
@@ -117,6 +120,9 @@ pub struct Incoming<IO> {
     said: bool,
     /// With recycling on: after how long, and what tells of a rotation.
     recycle: Option<(Duration, Arc<CertResolver>, watch::Receiver<Status>)>,
+    /// With client authentication: what closes a connection whose client is no longer trusted.
+    follow: Follow,
+    token: CancellationToken,
 }
 
 /// One config for every connection, or (with client authentication) the one current when the
@@ -145,6 +151,8 @@ pub struct IncomingBuilder {
     max_handshakes: usize,
     token: Option<CancellationToken>,
     recycle_after: Option<Duration>,
+    close_grace: Duration,
+    close_at_client_expiry: bool,
 }
 
 impl fmt::Debug for IncomingBuilder {
@@ -154,11 +162,30 @@ impl fmt::Debug for IncomingBuilder {
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_handshakes", &self.max_handshakes)
             .field("recycle_after", &self.recycle_after)
+            .field("close_grace", &self.close_grace)
+            .field("close_at_client_expiry", &self.close_at_client_expiry)
             .finish_non_exhaustive()
     }
 }
 
 impl IncomingBuilder {
+    /// With client authentication: how long a connection whose client is no longer trusted
+    /// (its CA left the trusted set) may take to close gracefully before every read and write
+    /// on it fails (see [`TlsConnection`]). Default: [`DEFAULT_CLOSE_GRACE`]. `Duration::ZERO`
+    /// closes at once.
+    pub fn close_grace(mut self, grace: Duration) -> Self {
+        self.close_grace = grace;
+        self
+    }
+
+    /// With client authentication: also close each connection when its client certificate
+    /// expires (gracefully, then for good after [`close_grace`](Self::close_grace)). Default:
+    /// off (TLS checks expiry at the handshake only).
+    pub fn close_at_client_expiry(mut self, close: bool) -> Self {
+        self.close_at_client_expiry = close;
+        self
+    }
+
     /// Opt-in recycling of long-lived connections: once a newer certificate than the one a
     /// connection was served is installed, [`TlsConnection::recycle_signal`] fires for it when
     /// it is `age` old (at once if it is older), so the server can close it gracefully (hyper's
@@ -257,6 +284,7 @@ impl IncomingBuilder {
         };
         let reloader = self.reloader.clone();
         let token = self.token.unwrap_or_else(|| self.reloader.token.clone());
+        let cancelled = Box::pin(token.clone().cancelled_owned());
         Ok(Incoming {
             accept: connections.boxed(),
             accept_ended: false,
@@ -266,13 +294,19 @@ impl IncomingBuilder {
             max_handshakes: self.max_handshakes,
             handshake_timeout: self.handshake_timeout,
             ready: Some(async move { reloader.ready().await }.boxed()),
-            cancelled: Box::pin(token.cancelled_owned()),
+            cancelled,
             pause: None,
             backoff: Backoff::new(ACCEPT_BACKOFF_INITIAL, ACCEPT_BACKOFF_MAX),
             said: false,
             recycle: self
                 .recycle_after
                 .map(|age| (age, self.reloader.resolver(), self.reloader.status())),
+            follow: Follow {
+                revoked: self.reloader.revocations(),
+                at_expiry: self.close_at_client_expiry,
+                grace: self.close_grace,
+            },
+            token,
         })
     }
 }
@@ -288,6 +322,8 @@ impl Incoming<TcpStream> {
             max_handshakes: DEFAULT_MAX_HANDSHAKES,
             token: None,
             recycle_after: None,
+            close_grace: DEFAULT_CLOSE_GRACE,
+            close_at_client_expiry: false,
         }
     }
 }
@@ -301,6 +337,12 @@ impl<IO> Incoming<IO> {
     /// How many handshakes are in progress.
     pub fn handshakes_in_progress(&self) -> usize {
         self.handshakes.len()
+    }
+
+    /// The token that ends this stream: servers of its connections close them gracefully
+    /// when it is cancelled.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.token
     }
 }
 
@@ -334,6 +376,7 @@ where
         let accept = self.acceptor.get().accept(io);
         let timeout = self.handshake_timeout;
         let recycle = self.recycle.clone();
+        let follow = self.follow.clone();
         self.handshakes.spawn(
             async move {
                 match tokio::time::timeout(timeout, accept).await {
@@ -349,10 +392,15 @@ where
                                 status,
                             }
                         });
+                        let chain = stream.get_ref().1.peer_certificates().map(|chain| {
+                            chain.iter().map(|c| c.clone().into_owned()).collect::<Vec<_>>()
+                        });
+                        let lifetime = chain.and_then(|chain| Lifetime::new(chain, follow, peer));
                         Some(TlsConnection {
                             stream,
                             peer,
                             recycle,
+                            lifetime,
                         })
                     }
                     Ok(Err(err)) => {

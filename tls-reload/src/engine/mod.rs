@@ -416,17 +416,14 @@ impl Engine {
             Kind::Named(_) | Kind::Client => false,
         };
         let names: Vec<RouteName> = if by_names {
-            info
-                .dns_names
+            info.dns_names
                 .iter()
                 .filter_map(|n| RouteName::parse(n).ok())
                 .collect()
         } else {
             Vec::new()
         };
-        if by_names
-            && route.installed.as_ref().map(|(_, n)| n) != Some(&names)
-        {
+        if by_names && route.installed.as_ref().map(|(_, n)| n) != Some(&names) {
             self.table_dirty = true;
         }
         route.installed = Some((validated.digest(), names));

@@ -15,13 +15,14 @@ use rustls::{
 use super::{CertResolver, Signatures};
 
 /// A `ServerConfig` that requires a client certificate chaining to one of `roots`, serving from
-/// `resolver`, resuming from `sessions`, issuing no stateless tickets.
+/// `resolver`, resuming from `sessions`, issuing no stateless tickets; and its verifier (open
+/// connections are checked again with it when a CA leaves).
 pub(crate) fn mtls_server_config(
     provider: &Arc<CryptoProvider>,
     resolver: &Arc<CertResolver>,
     roots: &[CertificateDer<'static>],
     sessions: &Arc<dyn StoresServerSessions>,
-) -> Result<ServerConfig, rustls::Error> {
+) -> Result<(ServerConfig, Arc<dyn ClientCertVerifier>), rustls::Error> {
     let verifier: Arc<dyn ClientCertVerifier> = if roots.is_empty() {
         Arc::new(RefuseAll(Signatures(
             provider.signature_verification_algorithms,
@@ -37,15 +38,15 @@ pub(crate) fn mtls_server_config(
     };
     let mut config = ServerConfig::builder_with_provider(Arc::clone(provider))
         .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
+        .with_client_cert_verifier(Arc::clone(&verifier))
         .with_cert_resolver(Arc::clone(resolver) as _);
     config.session_storage = Arc::clone(sessions);
-    Ok(config)
+    Ok((config, verifier))
 }
 
 /// Refuses every client certificate: the verifier while no CA is trusted.
 #[derive(Debug)]
-struct RefuseAll(Signatures);
+pub(crate) struct RefuseAll(Signatures);
 
 impl ClientCertVerifier for RefuseAll {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {

@@ -1,0 +1,312 @@
+//! Connections follow the trust: an mTLS connection opened under CA A is closed once A has left
+//! the trusted set (its overlap over), over HTTP/1.1 keep-alive and HTTP/2, through
+//! `serve_http` (gracefully) and through `axum::serve` (for good after the grace period);
+//! a connection whose CA is still trusted stays open. Real handshakes over loopback, hyper
+//! clients on both ends.
+#![cfg(all(feature = "hyper", feature = "axum"))]
+
+mod common;
+
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::{Extension, Router};
+use http_body_util::{BodyExt as _, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::ClientConfig;
+use tls_reload::{ClientAuth, Incoming, Reloader, TlsInfo};
+use tls_test::{PATIENCE, TestCa, TestCert};
+use tokio::net::TcpListener;
+
+use common::{bundle_with_cas as bundle, provider};
+
+/// Who the server saw: the client certificate's fingerprint.
+async fn whoami(Extension(tls): Extension<TlsInfo>) -> String {
+    tls.peer_certificates
+        .as_deref()
+        .and_then(|chain| chain.first())
+        .map_or_else(
+            || "anonymous".into(),
+            |leaf| tls_test::fingerprint(leaf.as_ref()),
+        )
+}
+
+async fn whoami_connect_info(
+    axum::extract::ConnectInfo(tls): axum::extract::ConnectInfo<TlsInfo>,
+) -> String {
+    whoami(Extension(tls)).await
+}
+
+enum Serving {
+    /// `tls_reload::http::serve_http`: graceful closes.
+    Helper,
+    /// `axum::serve`: the connection itself fails after the grace period.
+    Axum,
+}
+
+struct Server {
+    addr: std::net::SocketAddr,
+    reloader: Reloader,
+    feed: common::Feed,
+    server_cert: TestCert,
+}
+
+impl Server {
+    async fn start(cas: &[&TestCa], grace: Duration, serving: Serving) -> Self {
+        let server_cert = TestCa::new("server").leaf(&["localhost"]);
+        let (feed, rx) = futures::channel::mpsc::unbounded();
+        feed.unbounded_send(Ok(bundle(&server_cert, cas))).unwrap();
+        let reloader = Reloader::builder()
+            .crypto_provider(provider())
+            .client_auth(ClientAuth::from_bundle())
+            .spawn(rx)
+            .unwrap();
+        reloader.ready_timeout(PATIENCE).await.unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = Incoming::builder(&reloader)
+            .close_grace(grace)
+            .listen(listener)
+            .unwrap();
+        match serving {
+            Serving::Helper => {
+                let app = Router::new().route("/", get(whoami));
+                tokio::spawn(tls_reload::http::serve_http(incoming, app));
+            }
+            Serving::Axum => {
+                let app = Router::new().route("/", get(whoami_connect_info));
+                tokio::spawn(async move {
+                    axum::serve(
+                        incoming,
+                        app.into_make_service_with_connect_info::<TlsInfo>(),
+                    )
+                    .await
+                });
+            }
+        }
+        Self {
+            addr,
+            reloader,
+            feed,
+            server_cert,
+        }
+    }
+
+    /// Trusts `cas` from now on (a CA not among them leaves at once: no overlap).
+    async fn trust(&self, cas: &[&TestCa]) {
+        self.feed
+            .unbounded_send(Ok(bundle(&self.server_cert, cas)))
+            .unwrap();
+        let want: Vec<String> = cas
+            .iter()
+            .map(|ca| tls_test::fingerprint(ca.cert_der().as_ref()))
+            .collect();
+        tls_test::wait_for(self.reloader.status(), "the new trust", |s| {
+            let now: Vec<String> = s
+                .client_cas
+                .iter()
+                .map(|ca| ca.fingerprint_sha256.clone())
+                .collect();
+            now == want
+        })
+        .await;
+    }
+}
+
+/// One HTTP connection presenting `cert`, over HTTP/2 or HTTP/1.1: its sender, and the
+/// connection's task (it ends when the server closes the connection).
+struct Client {
+    send: Sender,
+    conn: tokio::task::JoinHandle<()>,
+}
+
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Empty<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Empty<Bytes>>),
+}
+
+fn config(cert: &TestCert, h2: bool) -> ClientConfig {
+    let mut config = tls_test::client_config_with_cert(cert);
+    config.alpn_protocols = vec![if h2 {
+        b"h2".to_vec()
+    } else {
+        b"http/1.1".to_vec()
+    }];
+    config
+}
+
+async fn open(addr: std::net::SocketAddr, cert: &TestCert, h2: bool) -> Result<Client, String> {
+    let tls = tls_test::connect(addr, "localhost", config(cert, h2))
+        .await
+        .map_err(|e| e.to_string())?;
+    let io = TokioIo::new(tls);
+    if h2 {
+        let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|e| e.to_string())?;
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Client {
+            send: Sender::H2(send),
+            conn,
+        })
+    } else {
+        let (send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Client {
+            send: Sender::H1(send),
+            conn,
+        })
+    }
+}
+
+impl Client {
+    /// A GET on this connection: what the server says it saw.
+    async fn get(&mut self) -> Result<String, String> {
+        let request = hyper::Request::get("https://localhost/")
+            .body(Empty::new())
+            .unwrap();
+        let response = match &mut self.send {
+            Sender::H1(send) => {
+                send.ready().await.map_err(|e| e.to_string())?;
+                send.send_request(request).await
+            }
+            Sender::H2(send) => {
+                send.ready().await.map_err(|e| e.to_string())?;
+                send.send_request(request).await
+            }
+        }
+        .map_err(|e| e.to_string())?;
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned())
+    }
+
+    /// Waits until the server has closed the connection.
+    async fn closed(self, what: &str) {
+        tokio::time::timeout(PATIENCE, self.conn)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the connection is still open"))
+            .unwrap();
+    }
+}
+
+/// An open connection from A's client, A removed: closed; a new handshake from A refused; B's
+/// connection, opened at the same time, still answers.
+async fn a_removed_ca_closes_its_connections(serving: Serving, h2: bool, grace: Duration) {
+    let (a, b) = (TestCa::new("A"), TestCa::new("B"));
+    let (client_a, client_b) = (a.client_leaf("client-a"), b.client_leaf("client-b"));
+    let server = Server::start(&[&a, &b], grace, serving).await;
+    let mut from_a = open(server.addr, &client_a, h2).await.unwrap();
+    let mut from_b = open(server.addr, &client_b, h2).await.unwrap();
+    assert_eq!(from_a.get().await.unwrap(), client_a.fingerprint);
+    assert_eq!(from_b.get().await.unwrap(), client_b.fingerprint);
+
+    server.trust(&[&b]).await;
+    from_a.closed("A's connection after A left").await;
+    // TLS 1.3: the client's side of the handshake ends before the server has checked its
+    // certificate; the refusal comes as an alert on the first read.
+    let again = match open(server.addr, &client_a, h2).await {
+        Ok(mut again) => again.get().await,
+        Err(err) => Err(err),
+    };
+    assert!(
+        again.is_err(),
+        "a new connection from A is refused: {again:?}"
+    );
+    assert_eq!(
+        from_b.get().await.unwrap(),
+        client_b.fingerprint,
+        "B is still trusted: its connection stays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_http_closes_an_http1_keep_alive_connection_whose_ca_left() {
+    // A grace far beyond the test's patience: only the graceful close can pass.
+    a_removed_ca_closes_its_connections(Serving::Helper, false, Duration::from_secs(3600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_http_closes_an_http2_connection_whose_ca_left_with_goaway() {
+    a_removed_ca_closes_its_connections(Serving::Helper, true, Duration::from_secs(3600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_serve_connections_whose_ca_left_fail_after_the_grace_period() {
+    for h2 in [false, true] {
+        a_removed_ca_closes_its_connections(Serving::Axum, h2, Duration::from_millis(200)).await;
+    }
+}
+
+/// A long response in flight when the CA leaves: the connection is cut at the end of the grace
+/// period, even though the client keeps it busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
+    let a = TestCa::new("A");
+    let b = TestCa::new("B");
+    let client_a = a.client_leaf("client-a");
+    let server_cert = TestCa::new("server").leaf(&["localhost"]);
+    let (feed, rx) = futures::channel::mpsc::unbounded();
+    feed.unbounded_send(Ok(bundle(&server_cert, &[&a])))
+        .unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .client_auth(ClientAuth::from_bundle())
+        .spawn(rx)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = Incoming::builder(&reloader)
+        .close_grace(Duration::from_millis(300))
+        .listen(listener)
+        .unwrap();
+    // An endless body: a tick every 20 ms.
+    let app = Router::new().route(
+        "/",
+        get(|| async {
+            let ticks = futures::stream::unfold((), |()| async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some((
+                    Ok::<_, std::convert::Infallible>(Bytes::from_static(b".")),
+                    (),
+                ))
+            });
+            axum::body::Body::from_stream(ticks)
+        }),
+    );
+    tokio::spawn(tls_reload::http::serve_http(incoming, app));
+    let mut from_a = open(addr, &client_a, true).await.unwrap();
+    let Sender::H2(send) = &mut from_a.send else {
+        unreachable!()
+    };
+    let response = send
+        .send_request(
+            hyper::Request::get("https://localhost/")
+                .body(Empty::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    assert!(body.frame().await.is_some(), "the stream flows");
+
+    feed.unbounded_send(Ok(bundle(&server_cert, &[&b])))
+        .unwrap();
+    let drained = tokio::time::timeout(PATIENCE, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
+    assert!(drained.is_ok(), "the endless stream was cut");
+    from_a.closed("A's connection after the grace period").await;
+}
