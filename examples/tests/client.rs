@@ -95,3 +95,44 @@ async fn the_client_example_keeps_succeeding_while_its_identity_rotates() {
         Some(0)
     );
 }
+
+/// A client directory holding a server certificate and no `ca.crt` (what `rotate` writes without
+/// `--client`): the client exits 1 within its `--ready-timeout`, saying why, instead of
+/// waiting in silence.
+#[tokio::test]
+async fn the_client_example_exits_1_naming_the_reason_when_its_bundle_is_rejected() {
+    let ca = TestCa::new("client ex rejected");
+    let dir = tempfile::tempdir().unwrap();
+    let identity = KubeDir::new(dir.path().join("client")).unwrap();
+    let server_only = ca.leaf(&["localhost"]);
+    identity
+        .write(&[
+            ("tls.crt", server_only.chain_pem.as_bytes()),
+            ("tls.key", server_only.key_pem.as_bytes()),
+        ])
+        .unwrap();
+    let output = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("client"))
+            .arg("https://localhost:1/")
+            .arg("--cert-dir")
+            .arg(identity.path())
+            .args(["--count", "1", "--ready-timeout", "500ms"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the client ends within its ready timeout")
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no usable client certificate in"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ca.crt"),
+        "the missing file is named: {stderr}"
+    );
+    assert!(output.stdout.is_empty(), "no request was made");
+}

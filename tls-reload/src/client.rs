@@ -4,7 +4,9 @@
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use futures::FutureExt as _;
 use rustls::ClientConfig;
@@ -17,16 +19,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, Kind, Publish};
 use crate::task::{self, Apply, Inputs};
-use crate::tls::client::{Identity, Sessions, Verifier};
+use crate::tls::client::{Identity, Roots, Sessions, Verifier};
 use crate::tls::{Slot, Table};
 use crate::{CertInfo, Error, Policy, Purpose, Validator};
 
 /// The client side of mTLS, rotating: a `ClientConfig` ([`client_config`](Self::client_config))
 /// whose client certificate and trusted roots follow a [`CertSource`] of client bundles: the
 /// chain and key the client presents, and in the bundle's CA certificates (`ca.crt`, the
-/// `kubernetes.io/tls` convention, or `FileSource::ca`) the roots it trusts servers with. One
-/// config serves a whole connection pool (reqwest's `use_preconfigured_tls`, hyper-rustls's
-/// `with_tls_config`) across rotations.
+/// `kubernetes.io/tls` convention, or `FileSource::ca`) the roots it trusts servers with
+/// (and any [`roots`](ClientTlsBuilder::roots) added: the webpki or the platform's). One
+/// config serves a whole connection pool (reqwest's `tls_backend_preconfigured`,
+/// hyper-rustls's `with_tls_config`) across rotations.
+///
+/// **Pooled connections.** TLS authenticates a client once, at the handshake: a connection
+/// kept in a pool goes on presenting the certificate it was made with. So that the request
+/// after a rotation presents the new one, with pooling on:
+/// - reqwest (HTTP/1.1 and HTTP/2), or any client: [`rebuilt`](ClientTls::rebuilt) builds
+///   the client again on the first request after a rotation (a new, empty pool);
+/// - hyper-util over HTTP/1.1: [`connector`](ClientTls::connector) (feature `hyper`) makes
+///   connections from before a rotation read as closed, and the pool drops them.
 ///
 /// - Each bundle is validated first (key, validity, the `clientAuth` purpose, chain order and
 ///   size); a bad one changes nothing, is logged and shows in the [`ClientStatus`]. A bundle
@@ -49,8 +60,8 @@ use crate::{CertInfo, Error, Policy, Purpose, Validator};
 /// # Ok(()) }
 /// ```
 ///
-/// With hyper-rustls (the `client` example of the repository does the same with reqwest's
-/// `tls_backend_preconfigured`):
+/// With hyper-rustls (the `client` example of the repository does the same with reqwest and
+/// [`rebuilt`](ClientTls::rebuilt)):
 /// ```no_run
 /// # async fn run(tls: tls_reload::ClientTls) -> Result<(), Box<dyn std::error::Error>> {
 /// use http_body_util::Empty;
@@ -77,12 +88,15 @@ pub struct ClientTls {
     token: CancellationToken,
 }
 
-/// What the configs share with the task: the identity, the verifier, the sessions.
+/// What the configs share with the task: the identity, the verifier, the sessions, and the
+/// count of installs (raised before the status says so: what connections made before an
+/// install compare against).
 #[derive(Debug)]
 struct Parts {
     identity: Arc<Identity>,
     verifier: Arc<Verifier>,
     sessions: Arc<Sessions>,
+    installs: Arc<AtomicU64>,
 }
 
 /// What [`ClientTls::status`] reports.
@@ -118,17 +132,46 @@ pub struct ClientTlsBuilder {
     policy: Option<Policy>,
     clock: Option<Arc<dyn Clock>>,
     token: Option<CancellationToken>,
+    roots: Roots,
 }
 
 impl fmt::Debug for ClientTlsBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientTlsBuilder")
             .field("policy", &self.policy)
+            .field("bundle_roots", &self.roots.bundle)
+            .field("extra_roots", &self.roots.extra.len())
             .finish_non_exhaustive()
     }
 }
 
 impl ClientTlsBuilder {
+    /// Also trusts servers with `roots`, besides the bundle's CA certificates (`ca.crt`):
+    /// public CAs for a client that calls internal and public servers alike. A bundle with
+    /// no `ca.crt` is then accepted. Repeatable (the roots add up).
+    ///
+    /// The webpki roots (Mozilla's, the `webpki-root-certs` crate), or the platform's
+    /// (`rustls-native-certs`):
+    /// ```ignore
+    /// let tls = ClientTls::builder()
+    ///     .roots(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned())
+    ///     // or: .roots(rustls_native_certs::load_native_certs().certs)
+    ///     .spawn(FileSource::kubernetes_dir("/etc/client-tls").build())?;
+    /// ```
+    pub fn roots(mut self, roots: impl IntoIterator<Item = CertificateDer<'static>>) -> Self {
+        let mut all = self.roots.extra.to_vec();
+        all.extend(roots);
+        self.roots.extra = all.into();
+        self
+    }
+
+    /// Whether the bundle's CA certificates are trusted (default: yes). Off, only
+    /// [`roots`](Self::roots) are: the bundle is the identity alone.
+    pub fn bundle_roots(mut self, trust: bool) -> Self {
+        self.roots.bundle = trust;
+        self
+    }
+
     /// The crypto provider, chosen as for the server ([`Builder::crypto_provider`](crate::Builder::crypto_provider)).
     pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
         self.provider = Some(provider);
@@ -177,6 +220,7 @@ impl ClientTlsBuilder {
             identity: Arc::new(Identity::new(gone.clone())),
             verifier: Arc::new(Verifier::new(&provider)),
             sessions: Arc::new(Sessions::default()),
+            installs: Arc::new(AtomicU64::new(0)),
         });
         let token = self.token.unwrap_or_default().child_token();
         let (tx, rx) = watch::channel(ClientStatus {
@@ -186,8 +230,10 @@ impl ClientTlsBuilder {
         let mut inputs = Inputs::default();
         inputs.route(0, source.boxed_source());
         let clock = Arc::clone(validator.clock());
-        let engine = Engine::new(validator, vec![Kind::Client], None);
+        let engine = Engine::new(validator, vec![Kind::Client(self.roots.clone())], None);
         let client = Client {
+            installs: Arc::clone(&parts.installs),
+            roots_config: self.roots,
             identity: Arc::downgrade(&parts.identity),
             verifier: Arc::clone(&parts.verifier),
             sessions: Arc::clone(&parts.sessions),
@@ -259,9 +305,107 @@ impl ClientTls {
         }
     }
 
+    /// As [`ready`](Self::ready), for at most `timeout`.
+    ///
+    /// # Errors
+    /// [`crate::NotReady::Stopped`] when the task ends first; [`crate::NotReady::TimedOut`]
+    /// with the last error (a rejected bundle, naming its file) when the time is up.
+    pub async fn ready_timeout(&self, timeout: Duration) -> Result<(), crate::NotReady> {
+        match tokio::time::timeout(timeout, self.ready()).await {
+            Ok(ready) => ready,
+            Err(_) => Err(crate::NotReady::TimedOut {
+                waited: timeout,
+                last_error: self.status.borrow().last_error.clone(),
+            }),
+        }
+    }
+
+    /// How many identities (with their roots) have been installed; raised before the status
+    /// says so.
+    fn installs(&self) -> u64 {
+        self.parts.installs.load(Ordering::Acquire)
+    }
+
+    /// A value built from [`client_config`](Self::client_config) (a `reqwest::Client`),
+    /// built again on the first [`Rebuilt::get`] after each rotation of the identity or the
+    /// roots: an HTTP client's pool keeps its connections, and a connection made before a
+    /// rotation would go on presenting the old certificate (TLS authenticates the client
+    /// once, at the handshake). Each new value starts with an empty pool; the old one's
+    /// connections close when its last clone is dropped.
+    ///
+    /// ```no_run
+    /// # async fn run(tls: tls_reload::ClientTls) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let http = tls.rebuilt(|mut config| {
+    ///     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    ///     reqwest::Client::builder().tls_backend_preconfigured(config).build()
+    /// })?;
+    /// let response = http.get()?.get("https://api.internal:8443/").send().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// What `build` returns, or the provider supporting no safe protocol version.
+    pub fn rebuilt<T, E, F>(&self, build: F) -> Result<Rebuilt<T>, BoxError>
+    where
+        T: Clone,
+        E: Into<BoxError>,
+        F: Fn(ClientConfig) -> Result<T, E> + Send + Sync + 'static,
+    {
+        let build: Build<T> = Box::new(move |config| build(config).map_err(Into::into));
+        let installs = self.installs();
+        let value = build(self.client_config()?)?;
+        Ok(Rebuilt {
+            tls: self.clone(),
+            build,
+            current: Mutex::new((installs, value)),
+        })
+    }
+
     /// Stops the task; the last identity and roots stay in use.
     pub fn stop(&self) {
         self.token.cancel();
+    }
+}
+
+/// A boxed error, as [`ClientTls::rebuilt`] returns.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type Build<T> = Box<dyn Fn(ClientConfig) -> Result<T, BoxError> + Send + Sync>;
+
+/// A value built from a [`ClientTls`]'s config, rebuilt after each rotation; made by
+/// [`ClientTls::rebuilt`].
+pub struct Rebuilt<T> {
+    tls: ClientTls,
+    build: Build<T>,
+    /// The value, and the installs it was built after.
+    current: Mutex<(u64, T)>,
+}
+
+impl<T: Clone> Rebuilt<T> {
+    /// The value for the identity and roots installed now: the same one until the next
+    /// rotation, then a new one, built on this call.
+    ///
+    /// # Errors
+    /// What the build function returns when rebuilding fails (the next call tries again).
+    pub fn get(&self) -> Result<T, BoxError> {
+        let installs = self.tls.installs();
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.0 != installs {
+            let value = (self.build)(self.tls.client_config()?)?;
+            *current = (installs, value);
+        }
+        Ok(current.1.clone())
+    }
+}
+
+impl<T> fmt::Debug for Rebuilt<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rebuilt")
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
     }
 }
 
@@ -275,6 +419,8 @@ impl fmt::Debug for ClientTls {
 
 /// The client side's effects: the identity, the roots, the sessions, the status.
 struct Client {
+    installs: Arc<AtomicU64>,
+    roots_config: Roots,
     /// Weak: every handle and config holds the identity; when it is gone, nothing presents
     /// what the task would install.
     identity: Weak<Identity>,
@@ -294,12 +440,15 @@ impl Apply for Client {
             return;
         };
         // The engine checked that the roots make a verifier (`Rule::ServerRoots`).
-        match Verifier::for_roots(validated.ca(), &self.provider) {
+        match Verifier::for_roots(validated.ca(), &self.roots_config, &self.provider) {
             Ok((verifier, fingerprints)) => {
                 identity.store(Arc::clone(validated.certified_key()));
                 self.verifier.store(verifier);
                 // Nothing resumed from before: old identity, old roots.
                 self.sessions.clear();
+                // Before the status says so: a connection made before this install is stale
+                // for whoever reads the status next.
+                self.installs.fetch_add(1, Ordering::AcqRel);
                 tracing::info!(fingerprint = %validated.info().fingerprint_sha256, roots = fingerprints.len(), "client certificate and roots installed");
                 self.roots = fingerprints;
             }
@@ -334,3 +483,165 @@ impl Apply for Client {
         });
     }
 }
+
+#[cfg(feature = "hyper")]
+mod connector {
+    //! [`Connector`]: hyper-util's pool drops connections made before a rotation.
+
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::task::{Context, Poll};
+
+    use futures::future::BoxFuture;
+    use hyper::Uri;
+    use hyper::rt::{Read, ReadBufCursor, Write};
+    use hyper_util::client::legacy::connect::{Connected, Connection};
+
+    use super::ClientTls;
+
+    /// A connector for hyper-util's `Client` whose connections, once the [`ClientTls`] they
+    /// were made under has rotated (identity or roots), read as closed: over HTTP/1.1 the
+    /// next request finds the connection closed before it is sent and goes out on a new one
+    /// (hyper-util retries such requests), presenting the new certificate. An HTTP/2
+    /// connection notices only when it next reads, so a request may race it: for HTTP/2 use
+    /// [`ClientTls::rebuilt`]. Made by
+    /// [`ClientTls::connector`]; wraps any connector (hyper-rustls's `HttpsConnector` on
+    /// [`ClientTls::client_config`]).
+    #[derive(Debug, Clone)]
+    pub struct Connector<C> {
+        inner: C,
+        installs: Arc<AtomicU64>,
+    }
+
+    /// A connection of a [`Connector`]: reads as closed after a rotation.
+    #[derive(Debug)]
+    pub struct Fresh<T> {
+        io: T,
+        /// The installs when the connection was started (before its handshake).
+        made: u64,
+        installs: Arc<AtomicU64>,
+    }
+
+    impl<T> Fresh<T> {
+        fn stale(&self) -> bool {
+            self.installs.load(Ordering::Acquire) != self.made
+        }
+
+        /// The connection itself.
+        pub fn into_inner(self) -> T {
+            self.io
+        }
+    }
+
+    impl ClientTls {
+        /// Wraps `inner` (a connector whose TLS config is this one's
+        /// [`client_config`](Self::client_config)) so that hyper-util's pool never sends a
+        /// request on a connection made with an old identity or old roots.
+        ///
+        /// ```no_run
+        /// # async fn run(tls: tls_reload::ClientTls) -> Result<(), Box<dyn std::error::Error>> {
+        /// use http_body_util::Empty;
+        /// use hyper::body::Bytes;
+        /// use hyper_util::client::legacy::Client;
+        /// use hyper_util::rt::TokioExecutor;
+        ///
+        /// let https = hyper_rustls::HttpsConnectorBuilder::new()
+        ///     .with_tls_config(tls.client_config()?)
+        ///     .https_only()
+        ///     .enable_http1()
+        ///     .build();
+        /// let client: Client<_, Empty<Bytes>> =
+        ///     Client::builder(TokioExecutor::new()).build(tls.connector(https));
+        /// let response = client.get("https://api.internal:8443/".parse()?).await?;
+        /// # Ok(()) }
+        /// ```
+        pub fn connector<C>(&self, inner: C) -> Connector<C> {
+            Connector {
+                inner,
+                installs: Arc::clone(&self.parts.installs),
+            }
+        }
+    }
+
+    impl<C> tower_service::Service<Uri> for Connector<C>
+    where
+        C: tower_service::Service<Uri>,
+        C::Future: Send + 'static,
+    {
+        type Response = Fresh<C::Response>;
+        type Error = C::Error;
+        type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, uri: Uri) -> Self::Future {
+            // Before the handshake: a rotation during it makes the connection stale at once.
+            let made = self.installs.load(Ordering::Acquire);
+            let installs = Arc::clone(&self.installs);
+            let connecting = self.inner.call(uri);
+            Box::pin(async move {
+                let io = connecting.await?;
+                Ok(Fresh { io, made, installs })
+            })
+        }
+    }
+
+    impl<T: Read + Unpin> Read for Fresh<T> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: ReadBufCursor<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            if self.stale() {
+                // End of stream: the connection closes, the pool forgets it.
+                return Poll::Ready(Ok(()));
+            }
+            Pin::new(&mut self.io).poll_read(cx, buf)
+        }
+    }
+
+    impl<T: Write + Unpin> Write for Fresh<T> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.io).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_shutdown(cx)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.io.is_write_vectored()
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        }
+    }
+
+    impl<T: Connection> Connection for Fresh<T> {
+        fn connected(&self) -> Connected {
+            self.io.connected()
+        }
+    }
+}
+
+#[cfg(feature = "hyper")]
+pub use connector::{Connector, Fresh};

@@ -146,7 +146,9 @@ pub use accept::{
     DEFAULT_CLOSE_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming,
     IncomingBuilder, TlsConnection, TlsInfo,
 };
-pub use client::{ClientStatus, ClientTls, ClientTlsBuilder};
+pub use client::{BoxError, ClientStatus, ClientTls, ClientTlsBuilder, Rebuilt};
+#[cfg(feature = "hyper")]
+pub use client::{Connector, Fresh};
 pub use client_auth::{ClientAuth, TrustItem};
 pub use error::{Error, NotReady};
 pub use policy::{

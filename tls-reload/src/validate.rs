@@ -65,7 +65,7 @@ pub(crate) enum Rule<'a> {
     Names,
     /// A client identity ([`ClientTls`](crate::ClientTls)): its CA certificates are the roots
     /// servers are trusted with, so they must make a verifier ([`Error::Untrusted`]).
-    ServerRoots,
+    ServerRoots(&'a crate::tls::client::Roots),
 }
 
 // ===== impl Validator =====
@@ -144,8 +144,8 @@ impl Validator {
                     Ok(v)
                 }
             }),
-            Rule::ServerRoots => self.check(bundle, None, now).and_then(|v| {
-                tls::client::Verifier::for_roots(&v.ca, &self.provider)
+            Rule::ServerRoots(roots) => self.check(bundle, None, now).and_then(|v| {
+                tls::client::Verifier::for_roots(&v.ca, roots, &self.provider)
                     .map_err(|reason| Error::Untrusted {
                         origin: origin(),
                         reason,

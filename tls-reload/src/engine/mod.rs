@@ -132,7 +132,7 @@ impl Engine {
             .routes
             .statics()
             .filter_map(|id| self.routes.get(id))
-            .filter(|r| !matches!(r.kind, Kind::Client))
+            .filter(|r| !matches!(r.kind, Kind::Client(_)))
             .map(|r| r.label.clone())
             .collect();
         self.event(Event::Declared { routes });
@@ -413,7 +413,7 @@ impl Engine {
         let by_names = match route.kind {
             Kind::Keyed => true,
             Kind::Default => route.slot.is_some(),
-            Kind::Named(_) | Kind::Client => false,
+            Kind::Named(_) | Kind::Client(_) => false,
         };
         let names: Vec<RouteName> = if by_names {
             info.dns_names

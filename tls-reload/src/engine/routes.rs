@@ -25,8 +25,8 @@ pub(crate) enum Kind {
     /// label).
     Keyed,
     /// The identity a client presents ([`ClientTls`](crate::ClientTls)): its CA certificates
-    /// are the roots servers are trusted with.
-    Client,
+    /// are the roots servers are trusted with (with the extra roots configured).
+    Client(crate::tls::client::Roots),
 }
 
 /// One route's state.
@@ -58,7 +58,7 @@ impl Route {
             (Kind::Named(_), Some(name)) => Rule::Name(name),
             (Kind::Default | Kind::Named(_), _) => Rule::Policy,
             (Kind::Keyed, _) => Rule::Names,
-            (Kind::Client, _) => Rule::ServerRoots,
+            (Kind::Client(roots), _) => Rule::ServerRoots(roots),
         }
     }
 

@@ -437,7 +437,11 @@ fn a_client_ca_that_left_is_trusted_for_the_overlap_then_its_sessions_go() {
 fn a_client_identity_must_bring_the_roots_it_trusts_servers_with() {
     let policy = Policy::default().purpose(Purpose::Any);
     let validator = Validator::new(provider(), policy);
-    let mut engine = Engine::new(validator, vec![Kind::Client], None);
+    let mut engine = Engine::new(
+        validator,
+        vec![Kind::Client(crate::tls::client::Roots::default())],
+        None,
+    );
     engine.start();
     let effects = engine.batch(vec![route(0, bundle("client"))], t0());
     assert!(matches!(

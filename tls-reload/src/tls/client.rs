@@ -63,18 +63,23 @@ impl Verifier {
         }
     }
 
-    /// The webpki server verifier for `roots`, and their fingerprints; or why there is none.
+    /// The webpki server verifier for a bundle's CA certificates and the extra `roots`, and
+    /// their fingerprints; or why there is none.
     pub(crate) fn for_roots(
-        roots: &[CertificateDer<'static>],
+        bundle_cas: &[CertificateDer<'static>],
+        roots: &Roots,
         provider: &Arc<CryptoProvider>,
     ) -> Result<(Arc<dyn ServerCertVerifier>, Vec<String>), String> {
+        let from_bundle = if roots.bundle { bundle_cas } else { &[] };
+        let roots: Vec<&CertificateDer<'static>> =
+            from_bundle.iter().chain(roots.extra.iter()).collect();
         if roots.is_empty() {
             return Err("the bundle has no CA certificate (ca.crt) to trust servers with".into());
         }
         let mut store = RootCertStore::empty();
-        for ca in roots {
+        for ca in roots.iter().map(|ca| (*ca).clone()) {
             store
-                .add(ca.clone())
+                .add(ca)
                 .map_err(|e| format!("a CA certificate cannot be a root: {e}"))?;
         }
         let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
@@ -108,6 +113,23 @@ impl Default for Sessions {
     fn default() -> Self {
         Self {
             inner: ArcSwap::from_pointee(ClientSessionMemoryCache::new(SESSIONS)),
+        }
+    }
+}
+
+/// Which roots the client trusts servers with: the bundle's CA certificates (unless `bundle`
+/// is off) and `extra` ones ([`ClientTlsBuilder::roots`](crate::ClientTlsBuilder::roots)).
+#[derive(Debug, Clone)]
+pub(crate) struct Roots {
+    pub(crate) bundle: bool,
+    pub(crate) extra: Arc<[CertificateDer<'static>]>,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Self {
+            bundle: true,
+            extra: Arc::new([]),
         }
     }
 }
