@@ -7,7 +7,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -49,10 +49,11 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// `serve_with_incoming_shutdown(incoming, ..)` (feature `tonic`). Made by
 /// [`Reloader::incoming`] or [`Incoming::builder`].
 ///
-/// - **Nothing accepted before a certificate.** The first `accept` waits until
-///   [`Reloader::ready`]: connections wait in the listen backlog rather than hang in a
-///   handshake that cannot complete. If the reloader stops before any certificate was
-///   installed, the stream ends (and says why, at error level).
+/// - **Nothing served before a certificate.** Until [`Reloader::ready`], each connection is
+///   accepted and closed at once (logged once, at warn level: no certificate is installed
+///   yet), so a client fails fast instead of hanging in a handshake that cannot complete
+///   until its own time-out. If the reloader stops before any certificate was installed,
+///   the stream ends (and says why, at error level).
 /// - **Handshakes in parallel** (each a task of its own, on every worker thread), **each with a
 ///   time-out** ([`handshake_timeout`], default 10 s), at
 ///   most [`max_handshakes`] at once (default 1,024; while that many are in progress, new
@@ -118,6 +119,8 @@ pub struct Incoming<IO> {
     backoff: Backoff,
     /// Whether the current accept-error episode was logged.
     said: bool,
+    /// Connections closed because no certificate was installed yet.
+    refused: u64,
     /// With recycling on: after how long, and what tells of a rotation.
     recycle: Option<(Duration, Arc<CertResolver>, watch::Receiver<Status>)>,
     /// With client authentication: what closes a connection whose client is no longer trusted.
@@ -298,6 +301,7 @@ impl IncomingBuilder {
             pause: None,
             backoff: Backoff::new(ACCEPT_BACKOFF_INITIAL, ACCEPT_BACKOFF_MAX),
             said: false,
+            refused: 0,
             recycle: self
                 .recycle_after
                 .map(|age| (age, self.reloader.resolver(), self.reloader.status())),
@@ -418,8 +422,8 @@ where
 
     /// Accepts while there is room for handshakes. Returns when accepting is paused (its timer
     /// armed), the listener ended, the handshakes are full, or the listener has nothing (its
-    /// waker registered).
-    fn poll_accept(&mut self, cx: &mut Context<'_>) {
+    /// waker registered). Before the first certificate (`refuse`), closes what it accepts.
+    fn poll_accept(&mut self, cx: &mut Context<'_>, refuse: bool) {
         loop {
             if let Some(pause) = self.pause.as_mut() {
                 if pause.as_mut().poll(cx).is_pending() {
@@ -436,7 +440,18 @@ where
                         tracing::info!("accepting connections again");
                     }
                     self.backoff.reset();
-                    self.handshake(io, peer);
+                    if refuse {
+                        if self.refused == 0 {
+                            tracing::warn!(
+                                ?peer,
+                                "no certificate is installed yet: closing connections until one is"
+                            );
+                        }
+                        self.refused += 1;
+                        drop(io);
+                    } else {
+                        self.handshake(io, peer);
+                    }
                 }
                 Poll::Ready(Some(Err(err))) if is_connection_error(&err) => {
                     tracing::debug!(error = %err, "a connection failed before it was accepted");
@@ -468,16 +483,31 @@ where
             return Poll::Ready(None);
         }
         if let Some(ready) = this.ready.as_mut() {
-            if let Err(err) = ready!(ready.as_mut().poll(cx)) {
-                tracing::error!(error = %err, "no certificate to serve; not accepting connections");
-                this.accept_ended = true;
-                this.ready = None;
-                return Poll::Ready(None);
+            match ready.as_mut().poll(cx) {
+                Poll::Ready(Err(err)) => {
+                    tracing::error!(error = %err, "no certificate to serve; not accepting connections");
+                    this.accept_ended = true;
+                    this.ready = None;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Ok(())) => {
+                    this.ready = None;
+                    if this.refused > 0 {
+                        tracing::info!(
+                            closed = this.refused,
+                            "a certificate is installed: serving connections"
+                        );
+                    }
+                }
+                Poll::Pending => {
+                    // Accepted and closed at once: a client fails fast, not at its time-out.
+                    this.poll_accept(cx, true);
+                    return Poll::Pending;
+                }
             }
-            this.ready = None;
         }
         loop {
-            this.poll_accept(cx);
+            this.poll_accept(cx, false);
             match this.handshakes.poll_join_next(cx) {
                 Poll::Ready(Some(Ok(Some(conn)))) => return Poll::Ready(Some(Ok(conn))),
                 // Failed (logged): room for the next one.

@@ -26,15 +26,18 @@ pub(crate) enum Event {
         route: Option<String>,
         origin: Origin,
     },
-    /// A bundle was refused; the route keeps what it serves.
+    /// A bundle was refused; the route keeps what it serves (`serving`: whether it serves
+    /// anything yet).
     Rejected {
         route: Option<String>,
         error: Arc<Error>,
+        serving: bool,
     },
     /// The route's source reported an error.
     SourceError {
         route: Option<String>,
         error: Arc<Error>,
+        serving: bool,
     },
     /// A keyed source reported an error about no one route.
     KeyedSourceError { error: Arc<Error> },
@@ -111,21 +114,31 @@ impl Event {
                     metrics::recovered(route.as_deref());
                 }
             }
-            Self::Rejected { route, error } => {
+            Self::Rejected {
+                route,
+                error,
+                serving,
+            } => {
+                let keeping = keeping(*serving);
                 if let Error::Internal {
                     origin, message, ..
                 } = &**error
                 {
-                    tracing::error!(route = route.as_deref().unwrap_or("default"), %origin, panic = %message, "checking a certificate panicked; rejected, keeping the current certificate");
+                    tracing::error!(route = route.as_deref().unwrap_or("default"), %origin, panic = %message, "checking a certificate panicked; rejected; {keeping}");
                 } else {
-                    tracing::warn!(error = %error, route = route.as_deref(), "certificate rejected; keeping the current certificate");
+                    tracing::warn!(error = %error, route = route.as_deref(), "certificate rejected; {keeping}");
                 }
                 if m {
                     metrics::rejected(route.as_deref(), error.reason());
                 }
             }
-            Self::SourceError { route, error } => {
-                tracing::warn!(error = %error, route = route.as_deref(), "certificate source error; keeping the current certificate");
+            Self::SourceError {
+                route,
+                error,
+                serving,
+            } => {
+                let keeping = keeping(*serving);
+                tracing::warn!(error = %error, route = route.as_deref(), "certificate source error; {keeping}");
                 if m {
                     metrics::source_error(route.as_deref());
                     if error.is_undecodable_input() {
@@ -194,5 +207,14 @@ impl Event {
                 }
             }
         }
+    }
+}
+
+/// What a refusal leaves served: the current certificate, or (before the first) nothing.
+fn keeping(serving: bool) -> &'static str {
+    if serving {
+        "keeping the current certificate"
+    } else {
+        "no certificate is served yet"
     }
 }

@@ -304,9 +304,11 @@ impl Engine {
         self.cancel_retry(id);
         let error = Arc::new(Error::Source(err));
         let route = self.routes.label(id);
+        let serving = self.serving(id);
         self.event(Event::SourceError {
             route,
             error: Arc::clone(&error),
+            serving,
         });
         self.record(id, error);
     }
@@ -369,11 +371,17 @@ impl Engine {
 
     /// `bundle` is refused for its route, which keeps what it serves; one not valid yet is
     /// tried again at its `notBefore`.
+    /// Whether route `id` has a certificate installed (serves something).
+    fn serving(&self, id: RouteId) -> bool {
+        self.routes.get(id).is_some_and(|r| r.installed.is_some())
+    }
+
     fn reject(&mut self, id: RouteId, err: Error, bundle: CertBundle) {
         let error = Arc::new(err);
         self.event(Event::Rejected {
             route: self.routes.label(id),
             error: Arc::clone(&error),
+            serving: self.serving(id),
         });
         if let Error::NotYetValid { not_before, .. } = &*error
             && let Some(route) = self.routes.get_mut(id)
