@@ -3,8 +3,14 @@
 //!
 //! ```text
 //! cargo run --example rotate -- DIR [--name NAME]... [--validity DURATION] [--every DURATION]
-//!                                    [--count N] [--mismatched]
+//!                                    [--count N] [--mismatched] [--signing-ca CA_DIR] [--client]
 //! ```
+//!
+//! `--signing-ca CA_DIR` signs each certificate with a CA kept in `CA_DIR` (`ca.crt`, `ca.key`;
+//! made on first use, then reused) and writes that CA as `DIR/ca.crt` beside the pair: the
+//! bundle an mTLS server (`serve --client-ca DIR/ca.crt`) or client (`client --cert-dir DIR`)
+//! needs. `--client` writes a client certificate (`clientAuth`) instead of a server one.
+//! Not to be confused with serve's `--ca`, the CA file served with a certificate.
 //!
 //! `--mismatched` writes a bad update on purpose: a certificate with the key of another pair, the
 //! torn pair that breaks naive reloaders. `serve` keeps its certificate and reports it.
@@ -31,7 +37,9 @@ usage: rotate DIR [--name NAME]... [--validity DURATION] [--every DURATION] [--c
   --validity DURATION lifetime of each certificate (default 90d)
   --every DURATION    rotate repeatedly at this interval (default: once)
   --count N           with --every, stop after N rotations (default: until interrupted)
-  --mismatched        write a bad update: a certificate with another pair's key";
+  --mismatched        write a bad update: a certificate with another pair's key
+  --signing-ca CA_DIR sign with a CA kept in CA_DIR (made on first use), written as DIR/ca.crt
+  --client            a client certificate (clientAuth), for client --cert-dir DIR";
 
 struct Args {
     dir: PathBuf,
@@ -40,6 +48,8 @@ struct Args {
     every: Option<Duration>,
     count: Option<u64>,
     mismatched: bool,
+    signing_ca: Option<PathBuf>,
+    client: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
@@ -47,6 +57,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let mut names = Vec::new();
     let mut validity = tls_selfsigned::DEFAULT_VALIDITY;
     let (mut every, mut count, mut mismatched) = (None, None, false);
+    let (mut signing_ca, mut client) = (None, false);
     let duration = |flag: &str, v: String| {
         humantime::parse_duration(&v)
             .with_context(|| format!("{flag} {v}: not a duration like 5s or 90d"))
@@ -59,6 +70,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             "--every" => every = Some(duration("--every", value()?)?),
             "--count" => count = Some(value()?.parse().context("--count needs a number")?),
             "--mismatched" => mismatched = true,
+            "--signing-ca" => signing_ca = Some(PathBuf::from(value()?)),
+            "--client" => client = true,
             "-h" | "--help" => return Ok(None),
             flag if flag.starts_with('-') => bail!("unknown flag {flag:?}"),
             _ if dir.is_some() => bail!("one directory only"),
@@ -69,6 +82,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         names = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     }
     let dir = dir.context("the directory to write is missing")?;
+    if client && signing_ca.is_none() {
+        bail!(
+            "--client needs --signing-ca CA_DIR: a client bundle carries the CA (ca.crt) it trusts servers with"
+        );
+    }
     Ok(Some(Args {
         dir,
         names,
@@ -76,6 +94,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         every,
         count,
         mismatched,
+        signing_ca,
+        client,
     }))
 }
 
@@ -109,17 +129,33 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .build()?;
     let dir =
         KubeDir::new(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
+    let ca = args
+        .signing_ca
+        .as_deref()
+        .map(SigningCa::open)
+        .transpose()?;
     let mut written = 0u64;
     loop {
-        let mut pair = generator.generate_pem()?;
+        let (cert_pem, mut key_pem) = match &ca {
+            Some(ca) => ca.sign(args)?,
+            None => {
+                let pair = generator.generate_pem()?;
+                (pair.cert_pem, pair.key_pem)
+            }
+        };
         if args.mismatched {
-            pair.key_pem = generator.generate_pem()?.key_pem;
+            key_pem = generator.generate_pem()?.key_pem;
         }
-        dir.write(&[
-            ("tls.crt", pair.cert_pem.as_bytes()),
-            ("tls.key", pair.key_pem.as_bytes()),
-        ])
-        .with_context(|| format!("cannot write into {}", args.dir.display()))?;
+        let mut files = vec![
+            ("tls.crt", cert_pem.as_bytes()),
+            ("tls.key", key_pem.as_bytes()),
+        ];
+        if let Some(ca) = &ca {
+            files.push(("ca.crt", ca.cert_pem.as_bytes()));
+        }
+        dir.write(&files)
+            .with_context(|| format!("cannot write into {}", args.dir.display()))?;
+        let pair = Pem { cert_pem };
         written += 1;
         let fingerprint = tls_test::fingerprint(&pem_der(&pair.cert_pem));
         let note = if args.mismatched {
@@ -133,6 +169,91 @@ fn run(args: &Args) -> anyhow::Result<()> {
             _ => return Ok(()),
         }
     }
+}
+
+struct Pem {
+    cert_pem: String,
+}
+
+/// A CA kept in a directory (`ca.crt`, `ca.key`), made on first use.
+struct SigningCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert_pem: String,
+}
+
+impl SigningCa {
+    fn open(dir: &std::path::Path) -> anyhow::Result<Self> {
+        let (cert_path, key_path) = (dir.join("ca.crt"), dir.join("ca.key"));
+        if !cert_path.exists() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--signing-ca: cannot create {}", dir.display()))?;
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "tls-rotation rotate CA");
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.key_usages = vec![
+                rcgen::KeyUsagePurpose::KeyCertSign,
+                rcgen::KeyUsagePurpose::CrlSign,
+            ];
+            let now = time::OffsetDateTime::now_utc();
+            params.not_before = now - time::Duration::hours(1);
+            params.not_after = now + time::Duration::days(3650);
+            let key = rcgen::KeyPair::generate()?;
+            let cert = params.self_signed(&key)?;
+            std::fs::write(&cert_path, cert.pem())
+                .with_context(|| format!("cannot write {}", cert_path.display()))?;
+            write_private(&key_path, &key.serialize_pem())?;
+            println!("made the signing CA {}", cert_path.display());
+        }
+        let cert_pem = std::fs::read_to_string(&cert_path)
+            .with_context(|| format!("--signing-ca: cannot read {}", cert_path.display()))?;
+        let key_pem = std::fs::read_to_string(&key_path)
+            .with_context(|| format!("--signing-ca: cannot read {}", key_path.display()))?;
+        let key = rcgen::KeyPair::from_pem(&key_pem)
+            .with_context(|| format!("--signing-ca: {} is not a key", key_path.display()))?;
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&cert_pem, key)
+            .with_context(|| format!("--signing-ca: {} is not a CA", cert_path.display()))?;
+        Ok(Self { issuer, cert_pem })
+    }
+
+    /// A leaf for `args`' names, signed by this CA: its certificate and key, PEM.
+    fn sign(&self, args: &Args) -> anyhow::Result<(String, String)> {
+        let mut params = rcgen::CertificateParams::new(args.names.clone())?;
+        let cn = if args.client {
+            "rotate client"
+        } else {
+            "rotate server"
+        };
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![if args.client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::minutes(1);
+        params.not_after = now + args.validity;
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+/// Writes `contents` readable by the owner only.
+fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    Ok(())
 }
 
 fn pem_der(pem: &str) -> Vec<u8> {

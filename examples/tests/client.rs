@@ -136,3 +136,68 @@ async fn the_client_example_exits_1_naming_the_reason_when_its_bundle_is_rejecte
     );
     assert!(output.stdout.is_empty(), "no request was made");
 }
+
+/// The README's mTLS walk-through with the repository's own tools: `rotate --signing-ca` for the
+/// server's directory and `rotate --signing-ca --client` for the client's, `serve --client-ca`,
+/// then `client`: a 200, the server seeing the client's certificate; the CA made once and reused.
+#[tokio::test]
+async fn rotate_with_a_signing_ca_makes_bundles_the_client_and_serve_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, server, client) = (
+        dir.path().join("ca"),
+        dir.path().join("server"),
+        dir.path().join("client"),
+    );
+    for (target, extra) in [(&server, None), (&client, Some("--client"))] {
+        let status = Command::new(example("rotate"))
+            .arg(target)
+            .arg("--signing-ca")
+            .arg(&ca)
+            .args(extra)
+            .stdout(Stdio::null())
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+    assert_eq!(
+        std::fs::read(server.join("ca.crt")).unwrap(),
+        std::fs::read(client.join("ca.crt")).unwrap(),
+        "one CA, kept in its directory"
+    );
+    let mut serve = Command::new(example("serve"))
+        .args(["--listen", "127.0.0.1:0", "--cert-dir"])
+        .arg(&server)
+        .arg("--client-ca")
+        .arg(server.join("ca.crt"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(serve.stdout.take().unwrap())
+        .lines()
+        .next_line()
+        .await
+        .unwrap()
+        .unwrap();
+    let port = line.rsplit(':').next().unwrap().to_owned();
+    let output = tokio::time::timeout(
+        PATIENCE,
+        Command::new(example("client"))
+            .arg(format!("https://localhost:{port}/"))
+            .arg("--cert-dir")
+            .arg(&client)
+            .args(["--count", "1"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    assert_eq!(line["status"], 200, "{line}");
+    assert!(line["client_fingerprint_sha256"].is_string(), "{line}");
+}
