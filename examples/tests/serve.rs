@@ -135,15 +135,7 @@ fn kubeconfig(api: &tls_test::KubeApi, dir: &std::path::Path) -> PathBuf {
 fn kubeconfig_at(url: &str, dir: &std::path::Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
-             current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, tls_test::kubeconfig(url)).unwrap();
     kubeconfig
 }
 

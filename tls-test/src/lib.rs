@@ -20,7 +20,7 @@ pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
     fixture_pair, new_year,
 };
-pub use kube_api::{Endpoint, KubeApi, Link};
+pub use kube_api::{Endpoint, KubeApi, Link, kubeconfig};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, probe,

@@ -50,6 +50,15 @@ pub struct KubeApi {
     server: Mutex<JoinSet<()>>,
 }
 
+/// A kubeconfig for the API server at `url` (no authentication, namespace `default`).
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
+         contexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\n\
+         current-context: emulator\nusers:\n- name: emulator\n  user: {{}}\n"
+    )
+}
+
 // ===== impl KubeApi =====
 
 impl KubeApi {
@@ -58,10 +67,18 @@ impl KubeApi {
     /// # Panics
     /// If no loopback port can be bound.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Self::start_on("127.0.0.1:0".parse().expect("an address"))
             .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
+            .expect("bind loopback")
+    }
+
+    /// Starts an empty API server on `addr` (the `kube-emulator` binary's `--listen`).
+    ///
+    /// # Errors
+    /// If `addr` cannot be bound.
+    pub async fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             ignore_selectors: std::sync::atomic::AtomicBool::new(false),
@@ -76,11 +93,17 @@ impl KubeApi {
         });
         let mut server = JoinSet::new();
         server.spawn(serve(listener, shared.clone()));
-        Self {
+        Ok(Self {
             addr,
             shared,
             server: Mutex::new(server),
-        }
+        })
+    }
+
+    /// A kubeconfig for this emulator (no authentication, namespace `default`): what `serve`
+    /// and any kube client read through `KUBECONFIG`.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig(&self.url())
     }
 
     /// Stops (or resumes) applying `fieldSelector` and `labelSelector` to lists and watches,
