@@ -80,8 +80,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(parsed)
 }
 
+/// A Secret's data: file names and their bytes.
+type Data = Vec<(&'static str, Vec<u8>)>;
+
 /// `dir`'s files as Secret data, if `tls.crt` and `tls.key` can be read.
-fn read(dir: &std::path::Path) -> Option<Vec<(&'static str, Vec<u8>)>> {
+fn read(dir: &std::path::Path) -> Option<Data> {
     let mut data = Vec::new();
     for file in ["tls.crt", "tls.key", "ca.crt"] {
         match std::fs::read(dir.join(file)) {
@@ -123,7 +126,7 @@ async fn main() -> ExitCode {
         args.kubeconfig.display(),
         args.kubeconfig.display()
     );
-    let mut last: Vec<Option<Vec<(&str, Vec<u8>)>>> = vec![None; args.secrets.len()];
+    let mut last: Vec<Option<Data>> = vec![None; args.secrets.len()];
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
