@@ -36,7 +36,7 @@ use crate::{CertInfo, Error, Policy, Purpose, Validator};
 /// after a rotation presents the new one, with pooling on:
 /// - reqwest (HTTP/1.1 and HTTP/2), or any client: [`rebuilt`](ClientTls::rebuilt) builds
 ///   the client again on the first request after a rotation (a new, empty pool);
-/// - hyper-util over HTTP/1.1: [`connector`](ClientTls::connector) (feature `hyper`) makes
+/// - hyper-util over HTTP/1.1: `connector` (feature `hyper`) makes
 ///   connections from before a rotation read as closed, and the pool drops them.
 ///
 /// - Each bundle is validated first (key, validity, the `clientAuth` purpose, chain order and

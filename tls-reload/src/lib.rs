@@ -78,8 +78,13 @@
 //! The default's and the static routes' counters are recorded at 0, for every reason, when the
 //! reloader starts, so a first scrape has them and an `increase()` alert sees the first event.
 //!
-//! `route` is empty for the default certificate, else the route's name (an SNI name, or a keyed
-//! source's key such as a Secret's `namespace/name`). `source` says where the certificate comes
+//! `route` is empty for the default certificate, else the route's SNI name; the routes of keyed
+//! sources (every TLS Secret of a label selector: thousands, coming and going) share the one
+//! value `(keyed)`, whose expiry gauge is the earliest `notAfter` among them (`source="keyed"`;
+//! `+Inf` while none serves) and whose counters count for all of them. The `metrics` facade
+//! cannot remove a series, so per-key series would outlive their keys, grow with every key ever
+//! seen and fire expiry alerts for deleted Secrets; which key expires first is in the status
+//! (`routes`). `source` says where the certificate comes
 //! from, with nothing that changes on every rotation: `files:<cert path>`,
 //! `secret:<namespace>/<name>`, `self-signed`, or the source's own description. A route whose
 //! source changes keeps its previous series (with the last values) until the process restarts.

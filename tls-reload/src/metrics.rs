@@ -57,23 +57,46 @@ pub(crate) fn describe() {
     }
 }
 
-/// A certificate was installed for `route` (`None`: the default).
-pub(crate) fn installed(route: Option<&str>, info: &CertInfo) {
+/// The `route` label of the keyed routes' series, all of them together: keyed routes come and
+/// go (Secrets by the thousand), and the `metrics` facade cannot remove a series, so per-route
+/// series would stay after their routes and grow with every route ever seen. Not a DNS name,
+/// so no route can have it.
+pub(crate) const KEYED: &str = "(keyed)";
+
+/// A certificate was installed for `route` (`None`: the default; [`KEYED`]: a keyed route,
+/// whose expiry gauges are the keyed routes' earliest, [`keyed_earliest`]).
+pub(crate) fn installed(route: Option<&str>, info: &CertInfo, keyed: bool) {
     #[cfg(feature = "metrics")]
     {
         let route = route.unwrap_or_default().to_owned();
-        let source = info.origin.label();
-        let labels = [("source", source), ("route", route.clone())];
-        metrics::gauge!("tls_certificate_expiration_timestamp_seconds", &labels)
-            .set(seconds(info.not_after));
-        metrics::gauge!("tls_certificate_not_before_timestamp_seconds", &labels)
-            .set(seconds(info.not_before));
+        if !keyed {
+            let source = info.origin.label();
+            let labels = [("source", source), ("route", route.clone())];
+            metrics::gauge!("tls_certificate_expiration_timestamp_seconds", &labels)
+                .set(seconds(info.not_after));
+            metrics::gauge!("tls_certificate_not_before_timestamp_seconds", &labels)
+                .set(seconds(info.not_before));
+        }
         metrics::counter!("tls_reload_installs_total", "route" => route.clone()).increment(1);
         metrics::gauge!("tls_reload_last_success_timestamp_seconds", "route" => route)
             .set(seconds(info.loaded_at));
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (route, info);
+    let _ = (route, info, keyed);
+}
+
+/// The keyed routes' earliest `notAfter` (`None`: no keyed route serves: +Inf, which no
+/// expiry alert fires on).
+pub(crate) fn keyed_earliest(not_after: Option<std::time::SystemTime>) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(
+        "tls_certificate_expiration_timestamp_seconds",
+        "source" => "keyed",
+        "route" => KEYED
+    )
+    .set(not_after.map_or(f64::INFINITY, seconds));
+    #[cfg(not(feature = "metrics"))]
+    let _ = not_after;
 }
 
 /// Every reason a rejection is counted under ([`Error::reason`](crate::Error::reason)).

@@ -168,7 +168,7 @@ impl<IO> TlsConnection<IO> {
     /// [`close_at_client_expiry`](crate::IncomingBuilder::close_at_client_expiry), its
     /// certificate expired). Closing is then up to the server (hyper's `graceful_shutdown`);
     /// a connection whose client is no longer trusted fails every read and write after the
-    /// grace period anyway. [`serve_http`](crate::http::serve_http) does all of this.
+    /// grace period anyway. `http::serve_http` (feature `hyper`) does all of this.
     pub fn close_signal(&self) -> impl Future<Output = ()> + Send + 'static + use<IO> {
         let recycle = self.recycle_signal();
         let closing = self.lifetime.as_ref().map(|l| l.closing.clone());
@@ -340,7 +340,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
 }
 
 /// What a handler may want to know of its connection: made by [`TlsConnection::info`], put
-/// in every request's extensions by [`serve_http`](crate::http::serve_http), given to tonic
+/// in every request's extensions by `http::serve_http` (feature `hyper`), given to tonic
 /// handlers (feature `tonic`: `request.extensions().get::<TlsInfo>()`) and to axum handlers
 /// (feature `axum`: `ConnectInfo<TlsInfo>` with `into_make_service_with_connect_info`).
 ///
@@ -363,7 +363,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
 /// axum::serve(incoming, app.into_make_service_with_connect_info::<TlsInfo>()).await?;
 /// # Ok(()) }
 /// ```
-/// With [`serve_http`](crate::http::serve_http), take it from the request's extensions
+/// With `http::serve_http` (feature `hyper`), take it from the request's extensions
 /// (`axum::Extension<TlsInfo>`).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]

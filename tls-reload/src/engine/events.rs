@@ -18,6 +18,7 @@ pub(crate) enum Event {
         info: CertInfo,
         generation: u64,
         expiring: bool,
+        keyed: bool,
     },
     /// A bundle was dropped unchecked: a newer one for its route came in the same batch.
     Superseded { origin: Origin },
@@ -25,6 +26,7 @@ pub(crate) enum Event {
     Recovered {
         route: Option<String>,
         origin: Origin,
+        keyed: bool,
     },
     /// A bundle was refused; the route keeps what it serves (`serving`: whether it serves
     /// anything yet).
@@ -32,12 +34,14 @@ pub(crate) enum Event {
         route: Option<String>,
         error: Arc<Error>,
         serving: bool,
+        keyed: bool,
     },
     /// The route's source reported an error.
     SourceError {
         route: Option<String>,
         error: Arc<Error>,
         serving: bool,
+        keyed: bool,
     },
     /// A keyed source reported an error about no one route.
     KeyedSourceError { error: Arc<Error> },
@@ -45,6 +49,7 @@ pub(crate) enum Event {
     SourcePanicked {
         routes: Vec<Option<String>>,
         message: String,
+        keyed: bool,
     },
     /// The client-CA source panicked and was dropped.
     TrustSourcePanicked { message: String },
@@ -65,6 +70,11 @@ pub(crate) enum Event {
     ServedExpired {
         route: Option<String>,
         error: Arc<Error>,
+        keyed: bool,
+    },
+    /// The earliest `notAfter` of the keyed routes changed (`None`: no keyed route serves).
+    KeyedEarliest {
+        not_after: Option<std::time::SystemTime>,
     },
     /// Readiness changed (or was first computed).
     Ready(bool),
@@ -96,28 +106,34 @@ impl Event {
                 info,
                 generation,
                 expiring,
+                keyed,
             } => {
                 cert_event!(info, info, route, generation, "certificate installed");
                 if *expiring {
                     cert_event!(warn, info, route, "installed certificate expires soon");
                 }
                 if m {
-                    metrics::installed(route.as_deref(), info);
+                    metrics::installed(series(route, *keyed), info, *keyed);
                 }
             }
             Self::Superseded { origin } => {
                 tracing::debug!(%origin, "certificate superseded by a newer one before it was checked");
             }
-            Self::Recovered { route, origin } => {
+            Self::Recovered {
+                route,
+                origin,
+                keyed,
+            } => {
                 tracing::info!(%origin, route = route.as_deref(), "certificate source recovered; certificate unchanged");
                 if m {
-                    metrics::recovered(route.as_deref());
+                    metrics::recovered(series(route, *keyed));
                 }
             }
             Self::Rejected {
                 route,
                 error,
                 serving,
+                keyed,
             } => {
                 let keeping = keeping(*serving);
                 if let Error::Internal {
@@ -129,20 +145,22 @@ impl Event {
                     tracing::warn!(error = %error, route = route.as_deref(), "certificate rejected; {keeping}");
                 }
                 if m {
-                    metrics::rejected(route.as_deref(), error.reason());
+                    metrics::rejected(series(route, *keyed), error.reason());
                 }
             }
             Self::SourceError {
                 route,
                 error,
                 serving,
+                keyed,
             } => {
                 let keeping = keeping(*serving);
                 tracing::warn!(error = %error, route = route.as_deref(), "certificate source error; {keeping}");
                 if m {
-                    metrics::source_error(route.as_deref());
+                    let series = series(route, *keyed);
+                    metrics::source_error(series);
                     if error.is_undecodable_input() {
-                        metrics::rejected(route.as_deref(), error.reason());
+                        metrics::rejected(series, error.reason());
                     }
                 }
             }
@@ -152,13 +170,19 @@ impl Event {
                     metrics::source_error(None);
                 }
             }
-            Self::SourcePanicked { routes, message } => {
+            Self::SourcePanicked {
+                routes,
+                message,
+                keyed,
+            } => {
                 let names: Vec<&str> = routes
                     .iter()
                     .map(|r| r.as_deref().unwrap_or("default"))
                     .collect();
                 tracing::error!(routes = ?names, panic = %message, "a certificate source panicked and was dropped; its routes keep their certificates and will not rotate");
-                if m {
+                if m && *keyed {
+                    metrics::rejected(Some(metrics::KEYED), "internal");
+                } else if m {
                     for route in routes {
                         metrics::rejected(route.as_deref(), "internal");
                     }
@@ -188,10 +212,19 @@ impl Event {
                     "the served certificate expires soon and has not been replaced"
                 );
             }
-            Self::ServedExpired { route, error } => {
+            Self::ServedExpired {
+                route,
+                error,
+                keyed,
+            } => {
                 tracing::warn!(error = %error, route = route.as_deref(), "the served certificate has expired");
                 if m {
-                    metrics::rejected(route.as_deref(), error.reason());
+                    metrics::rejected(series(route, *keyed), error.reason());
+                }
+            }
+            Self::KeyedEarliest { not_after } => {
+                if m {
+                    metrics::keyed_earliest(*not_after);
                 }
             }
             Self::Declared { routes } => {
@@ -216,5 +249,14 @@ fn keeping(serving: bool) -> &'static str {
         "keeping the current certificate"
     } else {
         "no certificate is served yet"
+    }
+}
+
+/// The `route` label of a route's series: its own, or the keyed routes' one.
+fn series(route: &Option<String>, keyed: bool) -> Option<&str> {
+    if keyed {
+        Some(metrics::KEYED)
+    } else {
+        route.as_deref()
     }
 }

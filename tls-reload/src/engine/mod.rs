@@ -93,6 +93,11 @@ pub(crate) struct Engine {
     changed: Vec<RouteId>,
     removed: Vec<String>,
     table_dirty: bool,
+    /// The keyed routes' `notAfter`s: their metrics are one series for all of them (the
+    /// earliest), so that routes that come and go leave no series behind.
+    keyed_expiry: std::collections::BTreeSet<(SystemTime, RouteId)>,
+    /// The earliest `notAfter` of the keyed routes last recorded.
+    keyed_earliest: Option<SystemTime>,
     trust_dirty: bool,
     out: Vec<Effect>,
 }
@@ -119,6 +124,8 @@ impl Engine {
             trust_error: None,
             removed: Vec::new(),
             table_dirty: true,
+            keyed_expiry: std::collections::BTreeSet::new(),
+            keyed_earliest: None,
             trust_dirty: false,
             out: Vec::new(),
         }
@@ -285,8 +292,12 @@ impl Engine {
         route.status.expired = true;
         route.status.expiring = true;
         route.status.last_error = Some(Arc::clone(&error));
-        let route = route.label.clone();
-        self.event(Event::ServedExpired { route, error });
+        let (route, keyed) = (route.label.clone(), matches!(route.kind, Kind::Keyed));
+        self.event(Event::ServedExpired {
+            route,
+            error,
+            keyed,
+        });
         self.changed.push(id);
     }
 
@@ -309,6 +320,7 @@ impl Engine {
             route,
             error: Arc::clone(&error),
             serving,
+            keyed: self.is_keyed(id),
         });
         self.record(id, error);
     }
@@ -329,6 +341,9 @@ impl Engine {
         self.event(Event::RouteRemoved {
             route: key.to_owned(),
         });
+        if let Some(info) = &route.status.current {
+            self.keyed_expiry.remove(&(info.not_after, id));
+        }
         if route.installed.is_some() {
             self.table_dirty = true;
         }
@@ -344,8 +359,13 @@ impl Engine {
         if route.installed.as_ref().map(|(d, _)| *d) == Some(bundle.digest()) {
             // The same material again, e.g. after a transient error: a recovery, not a rotation.
             if !route.status.expired && route.status.last_error.take().is_some() {
+                let keyed = matches!(route.kind, Kind::Keyed);
                 let (route, origin) = (route.label.clone(), bundle.origin().clone());
-                self.event(Event::Recovered { route, origin });
+                self.event(Event::Recovered {
+                    route,
+                    origin,
+                    keyed,
+                });
                 self.changed.push(id);
             }
             return;
@@ -371,6 +391,13 @@ impl Engine {
 
     /// `bundle` is refused for its route, which keeps what it serves; one not valid yet is
     /// tried again at its `notBefore`.
+    /// Whether route `id` is a keyed one (its metrics are the keyed routes' together).
+    fn is_keyed(&self, id: RouteId) -> bool {
+        self.routes
+            .get(id)
+            .is_some_and(|r| matches!(r.kind, Kind::Keyed))
+    }
+
     /// Whether route `id` has a certificate installed (serves something).
     fn serving(&self, id: RouteId) -> bool {
         self.routes.get(id).is_some_and(|r| r.installed.is_some())
@@ -382,6 +409,7 @@ impl Engine {
             route: self.routes.label(id),
             error: Arc::clone(&error),
             serving: self.serving(id),
+            keyed: self.is_keyed(id),
         });
         if let Error::NotYetValid { not_before, .. } = &*error
             && let Some(route) = self.routes.get_mut(id)
@@ -443,11 +471,19 @@ impl Engine {
         if matches!(route.kind, Kind::Keyed) {
             status.names.clone_from(&info.dns_names);
         }
+        let keyed = matches!(route.kind, Kind::Keyed);
+        if keyed {
+            if let Some(old) = &status.current {
+                self.keyed_expiry.remove(&(old.not_after, id));
+            }
+            self.keyed_expiry.insert((info.not_after, id));
+        }
         let event = Event::Installed {
             route: route.label.clone(),
             info: info.clone(),
             generation: status.generation,
             expiring: status.expiring,
+            keyed,
         };
         status.current = Some(info);
         let default = matches!(route.kind, Kind::Default);
@@ -483,6 +519,7 @@ impl Engine {
         self.event(Event::SourcePanicked {
             routes,
             message: message.clone(),
+            keyed: matches!(place, Place::Keyed(_)),
         });
         for id in ids {
             self.cancel_retry(id);

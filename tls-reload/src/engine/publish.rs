@@ -32,6 +32,13 @@ impl Engine {
         // With client authentication, a server that trusts no CA yet refuses everyone.
         let ready = self.routes.ready() && self.trust.as_ref().is_none_or(TrustSet::trusts_any);
         self.event(Event::Ready(ready));
+        let earliest = self.keyed_expiry.first().map(|(at, _)| *at);
+        if earliest != self.keyed_earliest {
+            self.keyed_earliest = earliest;
+            self.event(Event::KeyedEarliest {
+                not_after: earliest,
+            });
+        }
         let mut changed = std::mem::take(&mut self.changed);
         changed.sort_unstable();
         changed.dedup();
