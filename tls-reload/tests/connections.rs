@@ -310,3 +310,42 @@ async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
     assert!(drained.is_ok(), "the endless stream was cut");
     from_a.closed("A's connection after the grace period").await;
 }
+
+/// With `close_at_client_expiry`, a connection ends when its client certificate does, though
+/// its CA is still trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_can_end_with_its_client_certificate() {
+    let a = TestCa::new("A");
+    let now = std::time::SystemTime::now();
+    let short = a.client_leaf_valid(
+        "short",
+        now - Duration::from_secs(60),
+        now + Duration::from_secs(2),
+    );
+    let server_cert = TestCa::new("server").leaf(&["localhost"]);
+    let (feed, rx) = futures::channel::mpsc::unbounded();
+    feed.unbounded_send(Ok(bundle(&server_cert, &[&a])))
+        .unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .client_auth(ClientAuth::from_bundle())
+        .spawn(rx)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = Incoming::builder(&reloader)
+        .close_at_client_expiry(true)
+        .close_grace(Duration::from_secs(3600))
+        .listen(listener)
+        .unwrap();
+    tokio::spawn(tls_reload::http::serve_http(
+        incoming,
+        Router::new().route("/", get(whoami)),
+    ));
+    let mut client = open(addr, &short, false).await.unwrap();
+    assert_eq!(client.get().await.unwrap(), short.fingerprint);
+    client
+        .closed("the connection after its certificate expired")
+        .await;
+}

@@ -44,7 +44,7 @@ pub(super) struct Lifetime {
     closing: CancellationToken,
     /// Completes at the end of the grace period after `closing`; `None` once it has.
     deadline: Option<BoxFuture<'static, ()>>,
-    /// Why it closed, for the error every read and write returns after the deadline.
+    /// Whether the deadline has passed: every read and write fails from then on.
     closed: bool,
 }
 
