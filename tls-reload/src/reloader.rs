@@ -70,7 +70,9 @@ pub struct Reloader {
     /// With client authentication: the config for new connections, rebuilt when the trust
     /// changes.
     tls_config: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
-    /// With client authentication: the verifier after each removal of a CA.
+    /// With client authentication: the verifier after each removal of a CA (what the accept
+    /// stream's connections watch).
+    #[cfg_attr(not(feature = "accept"), allow(dead_code))]
     revoked: Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>>,
 }
 
@@ -430,6 +432,7 @@ impl Reloader {
 
     /// With client authentication: what open connections watch, the verifier after each
     /// removal of a CA.
+    #[cfg_attr(not(feature = "accept"), allow(dead_code))]
     pub(crate) fn revocations(
         &self,
     ) -> Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>> {
