@@ -19,6 +19,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reloader = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .spawn(FileSource::kubernetes_dir(dir).build())?;
+    // Listen once a certificate is in: connections before it would be closed at once.
+    reloader
+        .ready_timeout(std::time::Duration::from_secs(30))
+        .await?;
     let incoming = reloader.incoming(tokio::net::TcpListener::bind(addr).await?)?;
     println!(
         "listening on https://{}",
