@@ -16,6 +16,7 @@ use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
+use tls_source::clock::SystemClock;
 use tokio_util::sync::CancellationToken;
 
 use crate::{CertResolver, Status};
@@ -42,10 +43,9 @@ pub struct TlsConnection<IO> {
 pub(super) struct Lifetime {
     /// Cancelled when the connection should close gracefully.
     closing: CancellationToken,
-    /// Completes at the end of the grace period after `closing`; `None` once it has.
+    /// Completes at the end of the grace period after `closing`; `None` once it has: every
+    /// read and write fails from then on.
     deadline: Option<BoxFuture<'static, ()>>,
-    /// Whether the deadline has passed: every read and write fails from then on.
-    closed: bool,
 }
 
 /// What a connection's client is checked against, and when to close it.
@@ -95,9 +95,9 @@ impl Lifetime {
                 }
             };
             let expired = async {
-                match expiry.map(|at| at.duration_since(std::time::SystemTime::now())) {
-                    Some(Ok(left)) => tokio::time::sleep(left).await,
-                    Some(Err(_)) => {}
+                match expiry {
+                    // Any date a certificate can carry, the year 9999 included.
+                    Some(at) => crate::task::sleep_until(at, &SystemClock).await,
                     None => std::future::pending().await,
                 }
                 "its client certificate expired".to_owned()
@@ -114,7 +114,6 @@ impl Lifetime {
         Some(Self {
             closing,
             deadline: Some(Box::pin(deadline)),
-            closed: false,
         })
     }
 }
@@ -213,9 +212,8 @@ impl<IO> TlsConnection<IO> {
             && deadline.as_mut().poll(cx).is_ready()
         {
             lifetime.deadline = None;
-            lifetime.closed = true;
         }
-        lifetime.closed.then(|| {
+        lifetime.deadline.is_none().then(|| {
             io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the client certificate of this connection is no longer trusted",

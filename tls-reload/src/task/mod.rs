@@ -24,6 +24,8 @@ use crate::status::Ended;
 use crate::tls::{CertResolver, RouteName, Slot, Table};
 use crate::{Status, Validated, Validator};
 pub(crate) use timers::Timers;
+#[cfg(feature = "accept")]
+pub(crate) use timers::sleep_until;
 
 /// The most items taken from the sources in one go before the latest wins.
 const MAX_BATCH: usize = 64;

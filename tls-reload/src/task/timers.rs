@@ -65,11 +65,41 @@ impl Timers {
     }
 }
 
+/// Waits until `clock` reaches `at`, for any `at` (the year 9999 included): in sleeps of at
+/// most [`MAX_TIMER`], each judged again by the clock, as [`Timers`] arms its timers. A
+/// plain `tokio::time::sleep` clamps a far deadline to about thirty years and would fire then.
+#[cfg_attr(not(feature = "accept"), allow(dead_code))]
+pub(crate) async fn sleep_until(at: SystemTime, clock: &dyn Clock) {
+    while let Ok(rest) = at.duration_since(clock.now()) {
+        if rest.is_zero() {
+            return;
+        }
+        tokio::time::sleep(rest.clamp(LAGGING_CLOCK, MAX_TIMER)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
     use tls_source::clock::SteppedClock;
+
+    /// `sleep_until` the year 9999: pending after years of (virtual) time, and done once the
+    /// clock has reached its time.
+    #[tokio::test(start_paused = true)]
+    async fn sleep_until_9999_waits_in_steps_until_the_clock_is_there() {
+        let clock = Arc::new(SteppedClock::starting_at(tls_test::new_year(2026)));
+        let at = tls_source::clock::latest();
+        let sleeping = {
+            let clock = Arc::clone(&clock);
+            tokio::spawn(async move { sleep_until(at, &*clock).await })
+        };
+        tokio::time::sleep(Duration::from_secs(3 * 365 * 86_400)).await;
+        assert!(!sleeping.is_finished(), "not before its time");
+        clock.step(at.duration_since(clock.now()).unwrap());
+        tokio::time::sleep(MAX_TIMER).await;
+        sleeping.await.unwrap();
+    }
 
     /// The year 9999 can be armed (a `DelayQueue` panics past 795 days), and fires then, not
     /// before. Virtual time.
