@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tls_reload::{ClientAuth, ClientTls, Reloader};
+use tls_reload::{ClientTls, Reloader};
 use tls_source::CertBundle;
 use tls_test::TestCa;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -23,14 +23,7 @@ type Feed = futures::channel::mpsc::UnboundedSender<Result<CertBundle, tls_sourc
 /// An mTLS server trusting the client CAs of its bundle, answering each connection with the
 /// fingerprint of the client certificate it presented.
 async fn server(first: CertBundle) -> (std::net::SocketAddr, Reloader, Feed) {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tx.unbounded_send(Ok(first)).unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .client_auth(ClientAuth::from_bundle())
-        .spawn(rx)
-        .unwrap();
-    reloader.ready().await.unwrap();
+    let (tx, reloader) = common::mtls(first).await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut incoming = reloader.incoming(listener).unwrap();
@@ -64,18 +57,6 @@ async fn request(addr: std::net::SocketAddr, config: &Arc<ClientConfig>) -> Resu
     Ok(said)
 }
 
-/// A `ClientTls` fed by a channel, with `first` installed.
-async fn client_of(first: CertBundle) -> (ClientTls, Feed) {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tx.unbounded_send(Ok(first)).unwrap();
-    let client = ClientTls::builder()
-        .crypto_provider(provider())
-        .spawn(rx)
-        .unwrap();
-    client.ready().await.unwrap();
-    (client, tx)
-}
-
 async fn installed(client: &ClientTls, generation: u64) {
     tls_test::wait_for(client.status(), "the client bundle installed", |s| {
         s.generation == generation
@@ -90,7 +71,7 @@ async fn a_rotated_identity_is_presented_on_new_connections_not_resumed_away() {
         server(bundle(&server_ca.leaf(&["localhost"]), &[&client_ca])).await;
     let (first, second) = (client_ca.client_leaf("svc"), client_ca.client_leaf("svc"));
 
-    let (client, tx) = client_of(bundle(&first, &[&server_ca])).await;
+    let (client, tx) = common::client_tls(bundle(&first, &[&server_ca])).await;
     let config = Arc::new(client.client_config().unwrap());
     assert_eq!(request(addr, &config).await.unwrap(), first.fingerprint);
     // The second connection resumes (the session cache works) and is the same identity.
@@ -127,7 +108,7 @@ async fn the_trust_rotates_to_a_new_ca_before_the_server_moves_to_it() {
         server(bundle(&old_ca.leaf(&["localhost"]), &[&client_ca])).await;
     let identity = client_ca.client_leaf("svc");
 
-    let (client, tx) = client_of(bundle(&identity, &[&old_ca])).await;
+    let (client, tx) = common::client_tls(bundle(&identity, &[&old_ca])).await;
     let config = Arc::new(client.client_config().unwrap());
     assert!(request(addr, &config).await.is_ok());
 
@@ -159,7 +140,7 @@ async fn the_trust_rotates_to_a_new_ca_before_the_server_moves_to_it() {
 async fn a_bad_client_bundle_changes_nothing() {
     let (server_ca, client_ca) = (TestCa::new("server"), TestCa::new("clients"));
     let good = client_ca.client_leaf("svc");
-    let (client, tx) = client_of(bundle(&good, &[&server_ca])).await;
+    let (client, tx) = common::client_tls(bundle(&good, &[&server_ca])).await;
     for (what, bad) in [
         (
             "a server certificate (no clientAuth)",

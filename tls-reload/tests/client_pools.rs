@@ -14,7 +14,7 @@ use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tls_reload::{ClientAuth, ClientTls, NotReady, Reloader, TlsInfo};
+use tls_reload::{ClientTls, NotReady, Reloader, TlsInfo};
 use tls_source::CertBundle;
 use tls_test::{PATIENCE, TestCa};
 use tokio::net::TcpListener;
@@ -25,16 +25,9 @@ type Feed = futures::channel::mpsc::UnboundedSender<Result<CertBundle, tls_sourc
 
 /// An mTLS HTTP server (`serve_http`) trusting `client_ca`, answering with the fingerprint of the
 /// client certificate of the request's connection.
-async fn server(server_ca: &TestCa, client_ca: &TestCa) -> (String, Reloader) {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tx.unbounded_send(Ok(bundle(&server_ca.leaf(&["localhost"]), &[client_ca])))
-        .unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .client_auth(ClientAuth::from_bundle())
-        .spawn(rx)
-        .unwrap();
-    reloader.ready_timeout(PATIENCE).await.unwrap();
+async fn server(server_ca: &TestCa, client_ca: &TestCa) -> (String, Reloader, Feed) {
+    let first = bundle(&server_ca.leaf(&["localhost"]), &[client_ca]);
+    let (feed, reloader) = common::mtls(first).await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let incoming = reloader.incoming(listener).unwrap();
@@ -49,20 +42,7 @@ async fn server(server_ca: &TestCa, client_ca: &TestCa) -> (String, Reloader) {
         }),
     );
     tokio::spawn(tls_reload::http::serve_http(incoming, app));
-    // Keep the server's feed alive with the reloader.
-    std::mem::forget(tx);
-    (format!("https://localhost:{port}/"), reloader)
-}
-
-async fn client_of(first: CertBundle) -> (ClientTls, Feed) {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tx.unbounded_send(Ok(first)).unwrap();
-    let client = ClientTls::builder()
-        .crypto_provider(provider())
-        .spawn(rx)
-        .unwrap();
-    client.ready_timeout(PATIENCE).await.unwrap();
-    (client, tx)
+    (format!("https://localhost:{port}/"), reloader, feed)
 }
 
 async fn rotate(tls: &ClientTls, feed: &Feed, next: CertBundle) {
@@ -72,6 +52,23 @@ async fn rotate(tls: &ClientTls, feed: &Feed, next: CertBundle) {
         s.generation == generation + 1
     })
     .await;
+}
+
+/// A pooled hyper-util HTTP/1.1 client on `tls`, through its connector.
+fn http1_pool(
+    tls: &ClientTls,
+) -> Client<
+    tls_reload::Connector<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    >,
+    Empty<Bytes>,
+> {
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls.client_config().unwrap())
+        .https_only()
+        .enable_http1()
+        .build();
+    Client::builder(TokioExecutor::new()).build(tls.connector(https))
 }
 
 /// The fingerprint a hyper-util client's request was seen with.
@@ -90,16 +87,10 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_hyper_util_http1_client_presents_a_rotated_identity_on_the_next_request() {
     let (server_ca, client_ca) = (TestCa::new("server"), TestCa::new("clients"));
-    let (url, _server) = server(&server_ca, &client_ca).await;
+    let (url, _server, _feed) = server(&server_ca, &client_ca).await;
     let (first, second) = (client_ca.client_leaf("svc"), client_ca.client_leaf("svc"));
-    let (tls, feed) = client_of(bundle(&first, &[&server_ca])).await;
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.client_config().unwrap())
-        .https_only()
-        .enable_http1()
-        .build();
-    let client: Client<_, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(tls.connector(https));
+    let (tls, feed) = common::client_tls(bundle(&first, &[&server_ca])).await;
+    let client = http1_pool(&tls);
     assert_eq!(seen(&client, &url, "first").await, first.fingerprint);
     assert_eq!(seen(&client, &url, "pooled").await, first.fingerprint);
     rotate(&tls, &feed, bundle(&second, &[&server_ca])).await;
@@ -113,9 +104,9 @@ async fn a_pooled_hyper_util_http1_client_presents_a_rotated_identity_on_the_nex
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuilt_hyper_util_http2_client_presents_a_rotated_identity_on_the_next_request() {
     let (server_ca, client_ca) = (TestCa::new("server"), TestCa::new("clients"));
-    let (url, _server) = server(&server_ca, &client_ca).await;
+    let (url, _server, _feed) = server(&server_ca, &client_ca).await;
     let (first, second) = (client_ca.client_leaf("svc"), client_ca.client_leaf("svc"));
-    let (tls, feed) = client_of(bundle(&first, &[&server_ca])).await;
+    let (tls, feed) = common::client_tls(bundle(&first, &[&server_ca])).await;
     let http = tls
         .rebuilt(|config| {
             let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -147,9 +138,9 @@ async fn a_rebuilt_hyper_util_http2_client_presents_a_rotated_identity_on_the_ne
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuilt_reqwest_client_presents_a_rotated_identity_on_the_next_request() {
     let (server_ca, client_ca) = (TestCa::new("server"), TestCa::new("clients"));
-    let (url, _server) = server(&server_ca, &client_ca).await;
+    let (url, _server, _feed) = server(&server_ca, &client_ca).await;
     let (first, second) = (client_ca.client_leaf("svc"), client_ca.client_leaf("svc"));
-    let (tls, feed) = client_of(bundle(&first, &[&server_ca])).await;
+    let (tls, feed) = common::client_tls(bundle(&first, &[&server_ca])).await;
     let http = tls
         .rebuilt(|mut config| {
             config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -178,7 +169,7 @@ async fn a_rebuilt_reqwest_client_presents_a_rotated_identity_on_the_next_reques
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_roots_trust_servers_for_a_bundle_without_ca_crt() {
     let (server_ca, client_ca) = (TestCa::new("server"), TestCa::new("clients"));
-    let (url, _server) = server(&server_ca, &client_ca).await;
+    let (url, _server, _feed) = server(&server_ca, &client_ca).await;
     let leaf = client_ca.client_leaf("svc");
     let (tx, rx) = futures::channel::mpsc::unbounded();
     tx.unbounded_send(Ok(common::bundle(&leaf))).unwrap();
@@ -189,16 +180,8 @@ async fn extra_roots_trust_servers_for_a_bundle_without_ca_crt() {
         .spawn(rx)
         .unwrap();
     tls.ready_timeout(PATIENCE).await.unwrap();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.client_config().unwrap())
-        .https_only()
-        .enable_http1()
-        .build();
-    let client: Client<_, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(tls.connector(https));
-    let response = client.get(url.parse().unwrap()).await.unwrap();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(String::from_utf8_lossy(&body), leaf.fingerprint);
+    let client = http1_pool(&tls);
+    assert_eq!(seen(&client, &url, "extra roots").await, leaf.fingerprint);
     assert_eq!(tls.status().borrow().root_fingerprints_sha256.len(), 1);
 }
 

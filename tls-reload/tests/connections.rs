@@ -15,11 +15,11 @@ use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::ClientConfig;
-use tls_reload::{ClientAuth, Incoming, Reloader, TlsInfo};
+use tls_reload::{Incoming, IncomingBuilder, Reloader, TlsInfo};
 use tls_test::{PATIENCE, TestCa, TestCert};
 use tokio::net::TcpListener;
 
-use common::{bundle_with_cas as bundle, provider};
+use common::bundle_with_cas as bundle;
 
 /// Who the server saw: the client certificate's fingerprint.
 async fn whoami(Extension(tls): Extension<TlsInfo>) -> String {
@@ -39,10 +39,16 @@ async fn whoami_connect_info(
 }
 
 enum Serving {
-    /// `tls_reload::http::serve_http`: graceful closes.
-    Helper,
-    /// `axum::serve`: the connection itself fails after the grace period.
+    /// `tls_reload::http::serve_http` serving this app: graceful closes.
+    Helper(Router),
+    /// `axum::serve`, answering who the client is: the connection itself fails after the
+    /// grace period.
     Axum,
+}
+
+/// `serve_http` answering who the client is.
+fn helper() -> Serving {
+    Serving::Helper(Router::new().route("/", get(whoami)))
 }
 
 struct Server {
@@ -53,25 +59,21 @@ struct Server {
 }
 
 impl Server {
-    async fn start(cas: &[&TestCa], grace: Duration, serving: Serving) -> Self {
+    /// A server trusting `cas`, its accept stream configured by `incoming`.
+    async fn start(
+        cas: &[&TestCa],
+        incoming: impl FnOnce(IncomingBuilder) -> IncomingBuilder,
+        serving: Serving,
+    ) -> Self {
         let server_cert = TestCa::new("server").leaf(&["localhost"]);
-        let (feed, rx) = futures::channel::mpsc::unbounded();
-        feed.unbounded_send(Ok(bundle(&server_cert, cas))).unwrap();
-        let reloader = Reloader::builder()
-            .crypto_provider(provider())
-            .client_auth(ClientAuth::from_bundle())
-            .spawn(rx)
-            .unwrap();
-        reloader.ready_timeout(PATIENCE).await.unwrap();
+        let (feed, reloader) = common::mtls(bundle(&server_cert, cas)).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let incoming = Incoming::builder(&reloader)
-            .close_grace(grace)
+        let incoming = incoming(Incoming::builder(&reloader))
             .listen(listener)
             .unwrap();
         match serving {
-            Serving::Helper => {
-                let app = Router::new().route("/", get(whoami));
+            Serving::Helper(app) => {
                 tokio::spawn(tls_reload::http::serve_http(incoming, app));
             }
             Serving::Axum => {
@@ -205,7 +207,7 @@ impl Client {
 async fn a_removed_ca_closes_its_connections(serving: Serving, h2: bool, grace: Duration) {
     let (a, b) = (TestCa::new("A"), TestCa::new("B"));
     let (client_a, client_b) = (a.client_leaf("client-a"), b.client_leaf("client-b"));
-    let server = Server::start(&[&a, &b], grace, serving).await;
+    let server = Server::start(&[&a, &b], |b| b.close_grace(grace), serving).await;
     let mut from_a = open(server.addr, &client_a, h2).await.unwrap();
     let mut from_b = open(server.addr, &client_b, h2).await.unwrap();
     assert_eq!(from_a.get().await.unwrap(), client_a.fingerprint);
@@ -233,12 +235,12 @@ async fn a_removed_ca_closes_its_connections(serving: Serving, h2: bool, grace: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_http_closes_an_http1_keep_alive_connection_whose_ca_left() {
     // A grace far beyond the test's patience: only the graceful close can pass.
-    a_removed_ca_closes_its_connections(Serving::Helper, false, Duration::from_secs(3600)).await;
+    a_removed_ca_closes_its_connections(helper(), false, Duration::from_secs(3600)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_http_closes_an_http2_connection_whose_ca_left_with_goaway() {
-    a_removed_ca_closes_its_connections(Serving::Helper, true, Duration::from_secs(3600)).await;
+    a_removed_ca_closes_its_connections(helper(), true, Duration::from_secs(3600)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,22 +257,6 @@ async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
     let a = TestCa::new("A");
     let b = TestCa::new("B");
     let client_a = a.client_leaf("client-a");
-    let server_cert = TestCa::new("server").leaf(&["localhost"]);
-    let (feed, rx) = futures::channel::mpsc::unbounded();
-    feed.unbounded_send(Ok(bundle(&server_cert, &[&a])))
-        .unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .client_auth(ClientAuth::from_bundle())
-        .spawn(rx)
-        .unwrap();
-    reloader.ready_timeout(PATIENCE).await.unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = Incoming::builder(&reloader)
-        .close_grace(Duration::from_millis(300))
-        .listen(listener)
-        .unwrap();
     // An endless body: a tick every 20 ms.
     let app = Router::new().route(
         "/",
@@ -285,8 +271,9 @@ async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
             axum::body::Body::from_stream(ticks)
         }),
     );
-    tokio::spawn(tls_reload::http::serve_http(incoming, app));
-    let mut from_a = open(addr, &client_a, true).await.unwrap();
+    let grace = |b: IncomingBuilder| b.close_grace(Duration::from_millis(300));
+    let server = Server::start(&[&a], grace, Serving::Helper(app)).await;
+    let mut from_a = open(server.addr, &client_a, true).await.unwrap();
     let Sender::H2(send) = &mut from_a.send else {
         unreachable!()
     };
@@ -301,7 +288,9 @@ async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
     let mut body = response.into_body();
     assert!(body.frame().await.is_some(), "the stream flows");
 
-    feed.unbounded_send(Ok(bundle(&server_cert, &[&b])))
+    server
+        .feed
+        .unbounded_send(Ok(bundle(&server.server_cert, &[&b])))
         .unwrap();
     let drained = tokio::time::timeout(PATIENCE, async {
         while let Some(Ok(_)) = body.frame().await {}
@@ -322,28 +311,12 @@ async fn a_connection_can_end_with_its_client_certificate() {
         now - Duration::from_secs(60),
         now + Duration::from_secs(2),
     );
-    let server_cert = TestCa::new("server").leaf(&["localhost"]);
-    let (feed, rx) = futures::channel::mpsc::unbounded();
-    feed.unbounded_send(Ok(bundle(&server_cert, &[&a])))
-        .unwrap();
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .client_auth(ClientAuth::from_bundle())
-        .spawn(rx)
-        .unwrap();
-    reloader.ready_timeout(PATIENCE).await.unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = Incoming::builder(&reloader)
-        .close_at_client_expiry(true)
-        .close_grace(Duration::from_secs(3600))
-        .listen(listener)
-        .unwrap();
-    tokio::spawn(tls_reload::http::serve_http(
-        incoming,
-        Router::new().route("/", get(whoami)),
-    ));
-    let mut client = open(addr, &short, false).await.unwrap();
+    let at_expiry = |b: IncomingBuilder| {
+        b.close_at_client_expiry(true)
+            .close_grace(Duration::from_secs(3600))
+    };
+    let server = Server::start(&[&a], at_expiry, helper()).await;
+    let mut client = open(server.addr, &short, false).await.unwrap();
     assert_eq!(client.get().await.unwrap(), short.fingerprint);
     client
         .closed("the connection after its certificate expired")

@@ -13,10 +13,10 @@ use futures::future::BoxFuture;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
+use tls_source::clock::SystemClock;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
-use tls_source::clock::SystemClock;
 use tokio_util::sync::CancellationToken;
 
 use crate::{CertResolver, Status};

@@ -223,3 +223,29 @@ pub fn clocked(clock: Arc<dyn tls_source::clock::Clock>, first: &TestCert) -> (F
         .unwrap();
     (tx, reloader)
 }
+
+/// A reloader requiring client certificates trusted by its bundle's `ca.crt`
+/// (`ClientAuth::from_bundle`), on a channel whose first item is `first`, ready.
+pub async fn mtls(first: tls_source::CertBundle) -> (Feed, Reloader) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(first)).unwrap();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .client_auth(tls_reload::ClientAuth::from_bundle())
+        .spawn(rx)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    (tx, reloader)
+}
+
+/// A `ClientTls` on a channel with `first` installed.
+pub async fn client_tls(first: tls_source::CertBundle) -> (tls_reload::ClientTls, Feed) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(first)).unwrap();
+    let client = tls_reload::ClientTls::builder()
+        .crypto_provider(provider())
+        .spawn(rx)
+        .unwrap();
+    client.ready_timeout(PATIENCE).await.unwrap();
+    (client, tx)
+}
