@@ -23,20 +23,13 @@ fn write(kube: &KubeDir, cert: &TestCert, ca: &TestCa) {
     .unwrap();
 }
 
-#[tokio::test]
-async fn the_client_example_keeps_succeeding_while_its_identity_rotates() {
-    let (server_ca, clients_ca) = (
-        TestCa::new("client ex server"),
-        TestCa::new("client ex clients"),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let server_dir = KubeDir::new(dir.path().join("server")).unwrap();
-    write(&server_dir, &server_ca.leaf(&["localhost"]), &clients_ca);
+/// `serve --cert-dir DIR --client-ca DIR/ca.crt` on a free port: the process, and its port.
+async fn serve_mtls(dir: &std::path::Path) -> (tokio::process::Child, String) {
     let mut serve = Command::new(example("serve"))
         .args(["--listen", "127.0.0.1:0", "--cert-dir"])
-        .arg(server_dir.path())
+        .arg(dir)
         .arg("--client-ca")
-        .arg(server_dir.file("ca.crt"))
+        .arg(dir.join("ca.crt"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -49,6 +42,19 @@ async fn the_client_example_keeps_succeeding_while_its_identity_rotates() {
         .unwrap()
         .unwrap();
     let port = line.rsplit(':').next().unwrap().to_owned();
+    (serve, port)
+}
+
+#[tokio::test]
+async fn the_client_example_keeps_succeeding_while_its_identity_rotates() {
+    let (server_ca, clients_ca) = (
+        TestCa::new("client ex server"),
+        TestCa::new("client ex clients"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server_dir = KubeDir::new(dir.path().join("server")).unwrap();
+    write(&server_dir, &server_ca.leaf(&["localhost"]), &clients_ca);
+    let (_serve, port) = serve_mtls(server_dir.path()).await;
 
     let (first, second) = (clients_ca.client_leaf("svc"), clients_ca.client_leaf("svc"));
     let identity = KubeDir::new(dir.path().join("client")).unwrap();
@@ -165,23 +171,7 @@ async fn rotate_with_a_signing_ca_makes_bundles_the_client_and_serve_use() {
         std::fs::read(client.join("ca.crt")).unwrap(),
         "one CA, kept in its directory"
     );
-    let mut serve = Command::new(example("serve"))
-        .args(["--listen", "127.0.0.1:0", "--cert-dir"])
-        .arg(&server)
-        .arg("--client-ca")
-        .arg(server.join("ca.crt"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let line = BufReader::new(serve.stdout.take().unwrap())
-        .lines()
-        .next_line()
-        .await
-        .unwrap()
-        .unwrap();
-    let port = line.rsplit(':').next().unwrap().to_owned();
+    let (_serve, port) = serve_mtls(&server).await;
     let output = tokio::time::timeout(
         PATIENCE,
         Command::new(example("client"))

@@ -933,15 +933,7 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
 
 /// A plain-HTTP GET of `path` from `addr`: the body.
 async fn http_get(addr: SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    tcp.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).await.unwrap();
+    let response = tls_test::plain_get(addr, path).await.expect("a response");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     response
 }

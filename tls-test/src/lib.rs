@@ -23,8 +23,8 @@ pub use certs::{
 pub use kube_api::{Endpoint, KubeApi, Link, kubeconfig};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use probe::{
-    Served, client_config, client_config_with_cert, connect, https_get, https_get_as, probe,
-    probe_trusting,
+    Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
+    probe, probe_trusting,
 };
 pub use server::TestServer;
 

@@ -301,3 +301,18 @@ impl ServerCertVerifier for Recording {
             .supported_schemes()
     }
 }
+
+/// A plain-HTTP `GET path` from `addr` (`Connection: close`): the whole response, status line
+/// and headers included. For endpoints without TLS (a metrics port, the API emulator).
+///
+/// # Errors
+/// Connection and I/O failures.
+pub async fn plain_get(addr: SocketAddr, path: &str) -> io::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await?;
+    Ok(response)
+}

@@ -4,23 +4,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-
-async fn get(addr: &str, path: &str) -> String {
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).await.unwrap();
-    response
-}
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 #[tokio::test]
 async fn the_emulator_binary_serves_a_directory_as_a_labelled_tls_secret() {
-    let dir = tempfile_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
     let ca = tls_test::TestCa::new("emulator bin");
     let kube = tls_test::KubeDir::new(dir.join("tls")).unwrap();
     let cert = ca.leaf(&["localhost"]);
@@ -42,7 +31,7 @@ async fn the_emulator_binary_serves_a_directory_as_a_labelled_tls_secret() {
     let mut lines = BufReader::new(emulator.stdout.take().unwrap()).lines();
     let first = lines.next_line().await.unwrap().unwrap();
     let url = first.rsplit(' ').next().unwrap().to_owned();
-    let addr = url.trim_start_matches("http://").to_owned();
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
     let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig")).unwrap();
     assert!(
         kubeconfig.contains(&format!("server: {url}")),
@@ -51,7 +40,9 @@ async fn the_emulator_binary_serves_a_directory_as_a_labelled_tls_secret() {
     // The Secret appears within a tick or two.
     let deadline = tokio::time::Instant::now() + tls_test::PATIENCE;
     let secret = loop {
-        let response = get(&addr, "/api/v1/namespaces/default/secrets/web").await;
+        let response = tls_test::plain_get(addr, "/api/v1/namespaces/default/secrets/web")
+            .await
+            .unwrap();
         if response.starts_with("HTTP/1.1 200") {
             break response;
         }
@@ -60,11 +51,4 @@ async fn the_emulator_binary_serves_a_directory_as_a_labelled_tls_secret() {
     };
     assert!(secret.contains("\"kubernetes.io/tls\""), "{secret}");
     assert!(secret.contains("\"app\":\"web\""), "labelled: {secret}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kube-emulator-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
