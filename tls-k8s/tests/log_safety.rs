@@ -4,40 +4,14 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use base64::Engine as _;
 use futures::StreamExt as _;
 use tls_k8s::SecretSource;
 use tls_test::{KubeApi, PATIENCE, TestCa};
 
-/// Every log line, as written.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_base64_in_a_secret_is_our_error_and_no_key_reaches_the_logs() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let logs = tls_test::Logs::global_at(tracing::Level::TRACE);
 
     let api = KubeApi::start().await;
     let cert = TestCa::new("log safety").leaf(&["localhost"]);
@@ -68,8 +42,7 @@ async fn invalid_base64_in_a_secret_is_our_error_and_no_key_reaches_the_logs() {
     assert_eq!(tls_test::fingerprint(&bundle.chain()[0]), cert.fingerprint);
     drop(source);
 
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(PoisonError::into_inner))
-        .into_owned();
+    let text = logs.text();
     assert!(
         text.contains("TRACE") || text.contains("DEBUG"),
         "the logs were captured: {text}"

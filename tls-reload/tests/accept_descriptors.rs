@@ -18,34 +18,9 @@ fn open_descriptors() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64)
 }
 
-/// What `tracing` writes in this test binary.
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn contents(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_idle_connections_under_a_limit_of_forty_do_not_stop_the_server() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let logs = tls_test::Logs::global();
     let cert = TestCa::new("descriptors").leaf(&["localhost"]);
     let reloader = tls_reload::Reloader::builder()
         .crypto_provider(provider())
@@ -101,7 +76,7 @@ async fn sixty_idle_connections_under_a_limit_of_forty_do_not_stop_the_server() 
     )
     .await;
     assert!(!server.is_finished(), "the accept stream keeps going");
-    let said = logs.contents();
+    let said = logs.text();
     assert!(
         said.contains("cannot accept connections; retrying with backoff"),
         "the server did run out of descriptors: {said}"

@@ -4,57 +4,11 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use tls_test::{PATIENCE, TestCa};
 
-/// Everything the subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    async fn wait_for(&self, needle: &str) -> String {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let text = self.text();
-            if text.contains(needle) {
-                return text;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {needle:?} in the log:\n{text}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    }
-}
-
-// One thread: the subscriber set here sees the reload task's events.
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test]
 async fn bad_updates_are_logged_saying_what_is_served() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let captured = tls_test::Logs::global();
 
     let ca = TestCa::new("logs");
     let (good, other) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));

@@ -13,6 +13,7 @@
 mod certs;
 mod kube_api;
 mod kube_dir;
+mod logs;
 mod probe;
 mod server;
 
@@ -22,6 +23,7 @@ pub use certs::{
 };
 pub use kube_api::{Endpoint, KubeApi, Link, kubeconfig};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
+pub use logs::Logs;
 pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
     probe, probe_trusting,

@@ -1,59 +1,17 @@
 //! Unit tests of the file source; the behaviour through a reloader is in `tls-reload/tests`.
 
 use std::fs;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 
 use super::*;
 
-/// Collects what `tracing` writes in this test binary. A global subscriber: a thread-local
-/// one misses events whose callsite interest another test thread cached first.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn global() -> Self {
-        static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Captured::default();
-            let writer = logs.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-            logs
-        })
-        .clone()
-    }
-
-    /// The lines that mention `needle`.
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 #[cfg(unix)]
 #[tokio::test]
 async fn warns_once_about_a_key_readable_by_others() {
     use std::os::unix::fs::PermissionsExt as _;
-    let logs = Captured::global();
+    let logs = tls_test::Logs::global();
 
     let cert = tls_test::TestCa::new("mode").leaf(&["localhost"]);
     let dir = tempfile::tempdir().unwrap();
