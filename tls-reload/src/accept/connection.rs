@@ -46,6 +46,28 @@ pub(super) struct Lifetime {
     /// Completes at the end of the grace period after `closing`; `None` once it has: every
     /// read and write fails from then on.
     deadline: Option<BoxFuture<'static, ()>>,
+    /// Polled with `woken`'s waker, and only when that was woken (or first): a read does not
+    /// re-poll the trust watch, whose registration takes a lock every connection shares.
+    woken: Arc<Woken>,
+}
+
+/// Whether the deadline's waker was woken since it was last polled, and the connection's
+/// current waker, woken with it.
+#[derive(Default)]
+struct Woken {
+    woken: std::sync::atomic::AtomicBool,
+    connection: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, std::sync::atomic::Ordering::Release);
+        self.connection.wake();
+    }
 }
 
 /// What a connection's client is checked against, and when to close it.
@@ -111,9 +133,15 @@ impl Lifetime {
             tokio::time::sleep(grace).await;
             tracing::debug!(?peer, "grace period over: connection closed");
         };
+        let woken = Arc::new(Woken::default());
+        // Polled on the first read or write.
+        woken
+            .woken
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Some(Self {
             closing,
             deadline: Some(Box::pin(deadline)),
+            woken,
         })
     }
 }
@@ -205,13 +233,27 @@ impl<IO> TlsConnection<IO> {
     }
 
     /// After the grace period of a connection whose client is no longer trusted: the error
-    /// every read and write returns. Polls the deadline (registering the waker) otherwise.
+    /// every read and write returns. Otherwise registers the caller's waker, and polls the
+    /// deadline if its own waker fired.
     fn closed(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         let lifetime = self.lifetime.as_mut()?;
-        if let Some(deadline) = lifetime.deadline.as_mut()
-            && deadline.as_mut().poll(cx).is_ready()
-        {
-            lifetime.deadline = None;
+        if let Some(deadline) = lifetime.deadline.as_mut() {
+            // Two atomics on a read; the deadline itself only when its waker fired.
+            lifetime.woken.connection.register(cx.waker());
+            if lifetime
+                .woken
+                .woken
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
+            {
+                let waker = std::task::Waker::from(Arc::clone(&lifetime.woken));
+                if deadline
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_ready()
+                {
+                    lifetime.deadline = None;
+                }
+            }
         }
         lifetime.deadline.is_none().then(|| {
             io::Error::new(
