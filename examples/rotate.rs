@@ -235,7 +235,16 @@ impl SigningCa {
         }];
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::minutes(1);
-        params.not_after = now + args.validity;
+        // Checked: any --validity a person types gets an error, not a panic.
+        params.not_after = time::Duration::try_from(args.validity)
+            .ok()
+            .and_then(|validity| now.checked_add(validity))
+            .with_context(|| {
+                format!(
+                    "--validity {:?}: a certificate cannot end that late",
+                    args.validity
+                )
+            })?;
         let key = rcgen::KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
