@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
-for target in pem_bundle secret shared_store; do
+for target in pem_bundle secret shared_store seal_envelope; do
     mkdir -p "corpus/$target"
     echo "==> $target, ${seconds}s"
     cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" \
