@@ -67,6 +67,34 @@ pub(crate) struct Stored {
 }
 
 #[cfg(feature = "self-signed")]
+impl Stored {
+    /// A Secret as the API returned it. Data that is not base64 reads as missing (the writer
+    /// replaces it).
+    pub(crate) fn of(secret: &DynamicObject) -> Self {
+        let data = secret
+            .data
+            .get("data")
+            .and_then(Value::as_object)
+            .map(|data| {
+                data.iter()
+                    .filter_map(|(k, v)| {
+                        let bytes = base64::engine::general_purpose::STANDARD
+                            .decode(v.as_str()?)
+                            .ok()?;
+                        Some((k.clone(), bytes))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            fence: stored_fence(secret),
+            data,
+            annotations: secret.metadata.annotations.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(feature = "self-signed")]
 impl fmt::Debug for Stored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The data may hold private keys: only its keys are shown.
@@ -111,6 +139,11 @@ impl FencedSecret {
         &self.name
     }
 
+    /// The Secret's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The Secret's `namespace/name`.
     pub fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -120,28 +153,11 @@ impl FencedSecret {
     /// missing (the writer replaces it).
     #[cfg(feature = "self-signed")]
     pub(crate) async fn read(&self) -> Result<Option<Stored>, kube::Error> {
-        Ok(self.api.get_opt(&self.name).await?.map(|secret| {
-            let data = secret
-                .data
-                .get("data")
-                .and_then(Value::as_object)
-                .map(|data| {
-                    data.iter()
-                        .filter_map(|(k, v)| {
-                            let bytes = base64::engine::general_purpose::STANDARD
-                                .decode(v.as_str()?)
-                                .ok()?;
-                            Some((k.clone(), bytes))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            Stored {
-                fence: stored_fence(&secret),
-                data,
-                annotations: secret.metadata.annotations.clone().unwrap_or_default(),
-            }
-        }))
+        Ok(self
+            .api
+            .get_opt(&self.name)
+            .await?
+            .map(|secret| Stored::of(&secret)))
     }
 
     /// The fencing write a new leader makes first: the Secret carries its round from now on,

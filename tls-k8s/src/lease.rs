@@ -61,6 +61,7 @@ pub struct LeaseLock {
     renew_deadline: Duration,
     retry_period: Duration,
     release_on_cancel: bool,
+    candidate: Option<watch::Receiver<bool>>,
 }
 
 /// The longest a stopping leader waits to release its lease.
@@ -75,6 +76,7 @@ impl fmt::Debug for LeaseLock {
             .field("renew_deadline", &self.renew_deadline)
             .field("retry_period", &self.retry_period)
             .field("release_on_cancel", &self.release_on_cancel)
+            .field("candidate", &self.candidate.as_ref().map(|c| *c.borrow()))
             .finish_non_exhaustive()
     }
 }
@@ -103,7 +105,18 @@ impl LeaseLock {
             renew_deadline: DEFAULT_RENEW_DEADLINE,
             retry_period: DEFAULT_RETRY_PERIOD,
             release_on_cancel: true,
+            candidate: None,
         }
+    }
+
+    /// Campaigns only while `candidate` holds `true`: while it is `false` this replica never
+    /// takes the lease, and a leader that sees it turn `false` steps down at once and releases
+    /// the lease (as on cancel), so another replica leads within a retry period. For a replica
+    /// that could not do a leader's work (the shared store's state it cannot open). Default:
+    /// always a candidate.
+    pub fn candidate(mut self, candidate: watch::Receiver<bool>) -> Self {
+        self.candidate = Some(candidate);
+        self
     }
 
     /// Whether a leader stopped by its token releases the lease (client-go's
@@ -141,7 +154,8 @@ impl LeaseLock {
         }
     }
 
-    async fn run(self, tx: watch::Sender<Leadership>, token: CancellationToken) {
+    async fn run(mut self, tx: watch::Sender<Leadership>, token: CancellationToken) {
+        let mut candidate = self.candidate.take();
         let mut election = Election {
             observed: None,
             last_renew: None,
@@ -153,6 +167,35 @@ impl LeaseLock {
             .boxed();
         let mut next_try = Instant::now();
         loop {
+            if let Some(candidate) = candidate.as_mut().filter(|c| !*c.borrow()) {
+                // Not a candidate: step down and release, then only follow the Lease.
+                if tx.borrow().leading || election.written.is_some() {
+                    tracing::info!(lease = %self.name, identity = %self.identity, "no longer a candidate; stepping down");
+                    election.last_renew = None;
+                    self.publish_leading(&tx, &election, false);
+                    if let Some(mine) = election.written.take() {
+                        self.release_bounded(mine).await;
+                    }
+                }
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    changed = candidate.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        next_try = Instant::now();
+                    }
+                    event = changes.next() => {
+                        if let Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) = event
+                            && lease.metadata.name.as_deref() == Some(self.name.as_str())
+                        {
+                            election.observe(&lease);
+                            self.publish(&tx, &election);
+                        }
+                    }
+                }
+                continue;
+            }
             let leading = tx.borrow().leading;
             // A follower tries when the lease can have expired; a leader at every retry.
             let wake = if leading {
@@ -164,8 +207,17 @@ impl LeaseLock {
                     .filter(|o| o.holder.as_deref().is_some_and(|h| h != self.identity))
                     .map_or(next_try, |o| later(o.at, self.lease_duration).max(next_try))
             };
+            let no_longer_candidate = async {
+                match candidate.as_mut() {
+                    Some(candidate) => {
+                        let _ = candidate.wait_for(|c| !*c).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = token.cancelled() => break,
+                () = no_longer_candidate => continue,
                 () = tokio::time::sleep_until(wake) => {}
                 // Followers learn of renewals and take-overs from the watch, not by polling.
                 event = changes.next() => {
@@ -221,14 +273,19 @@ impl LeaseLock {
         if self.release_on_cancel
             && let Some(mine) = election.written.take()
         {
-            // Bounded: a stop must not hang on an API that does not answer.
-            let budget = self.renew_deadline.min(RELEASE_BUDGET);
-            if tokio::time::timeout(budget, self.release(mine))
-                .await
-                .is_err()
-            {
-                tracing::debug!(lease = %self.name, "releasing the lease timed out; it expires for the others");
-            }
+            self.release_bounded(mine).await;
+        }
+    }
+
+    /// [`release`](Self::release), bounded: a stop must not hang on an API that does not
+    /// answer.
+    async fn release_bounded(&self, mine: Lease) {
+        let budget = self.renew_deadline.min(RELEASE_BUDGET);
+        if tokio::time::timeout(budget, self.release(mine))
+            .await
+            .is_err()
+        {
+            tracing::debug!(lease = %self.name, "releasing the lease timed out; it expires for the others");
         }
     }
 

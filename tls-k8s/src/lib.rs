@@ -190,8 +190,11 @@ pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
 pub use secrets::{SecretsSource, SecretsSourceBuilder};
 #[cfg(feature = "self-signed")]
 pub use shared::{
-    RENEW_AFTER_ANNOTATION, SWITCH_AFTER_ANNOTATION, SharedSelfSigned, SharedSource, WriterStats,
+    RENEW_AFTER_ANNOTATION, SWITCH_AFTER_ANNOTATION, SharedSelfSigned, SharedSource, StateAccess,
+    WriterStats,
 };
+/// Sealed at rest (the `tls-seal` crate): the seal the shared store and [`SecretSource`] use.
+pub use tls_seal as seal;
 
 /// What went wrong with the Secret; carried inside a
 /// [`tls_source::Error::Source`] naming `secret namespace/name`. Every variant is a report: the
@@ -245,6 +248,10 @@ pub enum Error {
     /// Any other API or watch failure (retried with backoff).
     #[error("watching the Secret failed: {0}")]
     Watch(#[source] kube::runtime::watcher::Error),
+    /// A sealed value does not open (see [`SecretSourceBuilder::seal`]); said by place, without
+    /// the value.
+    #[error("{0}")]
+    Sealed(#[source] tls_seal::Error),
 }
 
 impl Error {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use base64::Engine as _;
@@ -12,6 +13,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use tls_seal::{Location, Seal};
 use tls_source::{CertBundle, Decoder, Digest, Origin};
 
 use crate::Error;
@@ -73,6 +75,7 @@ pub struct SecretSourceBuilder {
     name: String,
     keys: Keys,
     decoder: Decoder,
+    seal: Option<Arc<dyn Seal>>,
 }
 
 /// The data keys of a TLS Secret.
@@ -101,6 +104,7 @@ impl fmt::Debug for SecretSourceBuilder {
             .field("namespace", &self.namespace)
             .field("name", &self.name)
             .field("keys", &self.keys)
+            .field("seal", &self.seal)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +130,17 @@ impl SecretSourceBuilder {
         self
     }
 
+    /// Opens the private key (`tls.key`) with `seal`: for a Secret whose key is sealed
+    /// ([`SharedSelfSigned::seal_served_key`](crate::SharedSelfSigned::seal_served_key)). A
+    /// key that does not open (stored unsealed, sealed with a key not in the ring, altered, or
+    /// copied from another Secret) is reported ([`Error::Sealed`]) and the last good
+    /// certificate keeps serving. The seal's key files are re-read at each change of the
+    /// Secret. Default: the key is read as it is stored.
+    pub fn seal(mut self, seal: Arc<dyn Seal>) -> Self {
+        self.seal = Some(seal);
+        self
+    }
+
     /// Builds the source. Nothing is requested until the stream is first polled.
     pub fn build(self) -> SecretSource {
         let api = api(self.client, &self.namespace);
@@ -134,6 +149,7 @@ impl SecretSourceBuilder {
             name: self.name.clone(),
             keys: self.keys,
             decoder: self.decoder,
+            seal: self.seal,
             last: None,
             present: None,
             listed: false,
@@ -170,6 +186,7 @@ impl SecretSource {
             name: name.into(),
             keys: Keys::default(),
             decoder: Decoder::new(),
+            seal: None,
         }
     }
 }
@@ -198,6 +215,7 @@ struct State {
     name: String,
     keys: Keys,
     decoder: Decoder,
+    seal: Option<Arc<dyn Seal>>,
     /// The digest of the certificate data last passed on (a bundle or a decoding error);
     /// `None` after any error, so that the same data afterwards is passed on again.
     last: Option<Digest>,
@@ -277,7 +295,7 @@ impl State {
     }
 
     fn secret(&mut self, secret: &DynamicObject) -> Option<Item> {
-        let (digest, item) = read(secret, &self.keys, &self.decoder);
+        let (digest, item) = read(secret, &self.keys, &self.decoder, self.seal.as_deref());
         if self.last == Some(digest) {
             return None; // a metadata-only change
         }
@@ -299,9 +317,14 @@ pub(crate) fn secret_type(secret: &DynamicObject) -> Option<&str> {
 }
 
 /// The certificate material of a TLS Secret: a digest of the raw data (to skip metadata-only
-/// changes before decoding) and the bundle, or why there is none (missing keys, bad data),
-/// naming the Secret.
-pub(crate) fn read(secret: &DynamicObject, keys: &Keys, decoder: &Decoder) -> (Digest, Item) {
+/// changes before decoding) and the bundle, or why there is none (missing keys, bad data, a
+/// sealed key that does not open with `seal`), naming the Secret.
+pub(crate) fn read(
+    secret: &DynamicObject,
+    keys: &Keys,
+    decoder: &Decoder,
+    seal: Option<&dyn Seal>,
+) -> (Digest, Item) {
     let namespace = secret.metadata.namespace.clone().unwrap_or_default();
     let name = secret.metadata.name.clone().unwrap_or_default();
     let origin = || format!("secret {namespace}/{name}");
@@ -342,6 +365,17 @@ pub(crate) fn read(secret: &DynamicObject, keys: &Keys, decoder: &Decoder) -> (D
     };
     let decoded = (|| {
         let (cert, key, ca) = (get(&keys.cert)?, get(&keys.key)?, get(&keys.ca)?);
+        let key = match (key, seal) {
+            (Some(key), Some(seal)) => {
+                seal.reload();
+                let at = Location::new(&namespace, &name, &keys.key);
+                let opened = seal
+                    .open(at, &key)
+                    .map_err(|err| tls_source::Error::source(origin(), Error::Sealed(err)))?;
+                Some(opened.into_plaintext())
+            }
+            (key, _) => key,
+        };
         let (Some(cert), Some(key)) = (cert, key) else {
             let missing = [&keys.cert, &keys.key]
                 .into_iter()

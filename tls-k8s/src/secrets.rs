@@ -245,7 +245,7 @@ impl State {
             // Not (or no longer) ours: removed if it was served, else ignored.
             return self.remove(key);
         }
-        let (digest, item) = read(secret, &self.keys, &self.decoder);
+        let (digest, item) = read(secret, &self.keys, &self.decoder, None);
         if self.known.insert(key.clone(), digest) == Some(digest) {
             return None; // a metadata-only change
         }

@@ -3,6 +3,7 @@
 //! replica serves the Secret through a [`SecretSource`].
 
 mod plan;
+mod sealed;
 mod state;
 mod writer;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use kube::Client;
+use tls_seal::{Plain, Seal};
 use tls_selfsigned::SelfSigned;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -94,6 +96,8 @@ pub struct SharedSelfSigned {
     ca_secret: String,
     timing: Option<(Duration, Duration, Duration)>,
     ca_overlap: Option<Duration>,
+    seal: Arc<dyn Seal>,
+    seal_served_key: bool,
 }
 
 impl fmt::Debug for SharedSelfSigned {
@@ -104,6 +108,8 @@ impl fmt::Debug for SharedSelfSigned {
             .field("identity", &self.identity)
             .field("lease", &self.lease)
             .field("ca_secret", &self.ca_secret)
+            .field("seal", &self.seal)
+            .field("seal_served_key", &self.seal_served_key)
             .finish_non_exhaustive()
     }
 }
@@ -139,6 +145,24 @@ pub struct SharedSource {
     token: CancellationToken,
     /// Cancelled once the writer and the election have ended (the lease released).
     done: CancellationToken,
+    access: watch::Receiver<StateAccess>,
+}
+
+/// Whether this replica can open the state the store keeps (the CA Secret, and the TLS
+/// Secret's key when it is sealed), and so may lead.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StateAccess {
+    /// Not read yet: this replica does not campaign.
+    #[default]
+    Unknown,
+    /// It opens (or there is none yet): this replica campaigns for the Lease.
+    Open,
+    /// It cannot be opened: this replica serves, writes nothing and does not campaign.
+    Refused {
+        /// Why (the place and the seal's reason; never any key material).
+        reason: String,
+    },
 }
 
 impl fmt::Debug for SharedSource {
@@ -171,7 +195,44 @@ impl SharedSelfSigned {
             generator,
             timing: None,
             ca_overlap: None,
+            seal: Arc::new(Plain),
+            seal_served_key: false,
         }
+    }
+
+    /// Seals what the store keeps for itself: every value of the CA Secret (the CA's private
+    /// key, and its certificates, so none can be planted), each bound to its Secret and key.
+    /// Default: [`Plain`] (stored as base64, readable by whoever may `get` the Secret).
+    ///
+    /// A replica that cannot open what is stored (a missing or wrong key, a tampered value,
+    /// state stored unsealed, see [`KeyRing::adopt_unsealed`](tls_seal::KeyRing::adopt_unsealed))
+    /// serves the TLS Secret, writes nothing, reports why ([`SharedSource::access`], an `Err`
+    /// item, the log) and does not campaign for the Lease; a leader that finds it so steps
+    /// down. A [`KeyRing`](tls_seal::KeyRing)'s key files are re-read every 10 s: a leader
+    /// then seals again what a key that no longer seals had sealed.
+    ///
+    /// ```no_run
+    /// # async fn run(client: kube::Client, generator: tls_selfsigned::SelfSigned) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use tls_seal::KeyRing;
+    ///
+    /// // The first key seals, both open: the second step of rolling a new key.
+    /// let ring = KeyRing::from_files(["/etc/seal/new.key", "/etc/seal/old.key"])?;
+    /// let shared = tls_k8s::SharedSelfSigned::new(client, "web", "web-tls", "pod-0", generator)
+    ///     .seal(Arc::new(ring));
+    /// # Ok(()) }
+    /// ```
+    pub fn seal(mut self, seal: Arc<dyn Seal>) -> Self {
+        self.seal = seal;
+        self
+    }
+
+    /// Also seals the served TLS Secret's `tls.key` (default: off). The Secret stays a
+    /// `kubernetes.io/tls` Secret, but only readers with the seal can use its key: for fleets
+    /// that only tls-rotation reads (every replica's [`SecretSource`] gets the seal).
+    pub fn seal_served_key(mut self, on: bool) -> Self {
+        self.seal_served_key = on;
+        self
     }
 
     /// The Lease's name (default `NAME-writer`).
@@ -211,19 +272,25 @@ impl SharedSelfSigned {
     /// Outside a Tokio runtime.
     pub fn start(self, token: &CancellationToken) -> SharedSource {
         let token = token.child_token();
+        let (candidate_tx, candidate) = watch::channel(false);
+        let (access_tx, access) = watch::channel(StateAccess::Unknown);
         let mut lock = LeaseLock::new(
             self.client.clone(),
             &self.namespace,
             self.lease.clone(),
             self.identity.clone(),
-        );
+        )
+        .candidate(candidate);
         if let Some((lease, renew, retry)) = self.timing {
             lock = lock.timing(lease, renew, retry);
         }
         let lease = lock.spawn(token.child_token());
         let leadership = lease.leadership();
-        let secret =
-            SecretSource::builder(self.client.clone(), &self.namespace, &self.name).build();
+        let mut secret = SecretSource::builder(self.client.clone(), &self.namespace, &self.name);
+        if self.seal_served_key {
+            secret = secret.seal(self.seal.clone());
+        }
+        let secret = secret.build();
         let (reports_tx, reports) = mpsc::unbounded_channel();
         let (stats_tx, stats) = watch::channel(WriterStats::default());
         let rotation = self.generator.ca_rotation();
@@ -247,6 +314,14 @@ impl SharedSelfSigned {
             generator: self.generator,
             reports: reports_tx,
             stats: stats_tx,
+            seal: self.seal,
+            tls_sealed: if self.seal_served_key {
+                sealed::Sealed::Only(crate::TLS_KEY)
+            } else {
+                sealed::Sealed::Nothing
+            },
+            access: access_tx,
+            candidate: candidate_tx,
         };
         let done = CancellationToken::new();
         let ended = done.clone().drop_guard();
@@ -264,6 +339,7 @@ impl SharedSelfSigned {
             stats,
             token,
             done,
+            access,
         }
     }
 }
@@ -295,6 +371,12 @@ impl SharedSource {
     /// What this replica's writer has done.
     pub fn stats(&self) -> watch::Receiver<WriterStats> {
         self.stats.clone()
+    }
+
+    /// Whether this replica can open the stored state (see [`SharedSelfSigned::seal`]), and
+    /// why not.
+    pub fn access(&self) -> watch::Receiver<StateAccess> {
+        self.access.clone()
     }
 }
 

@@ -1,6 +1,8 @@
-//! The shared store's writer: while this replica holds the Lease, it reads the Secrets, asks the
-//! plan (`plan.rs`) what they must hold, and writes that through fenced compare-and-swap; it
-//! counts, logs and reports what happened. One clock throughout: the generator's.
+//! The shared store's writer: while this replica holds the Lease, it reads the Secrets (opening
+//! what is sealed, `sealed.rs`), asks the plan (`plan.rs`) what they must hold, and writes that
+//! (sealed) through fenced compare-and-swap; it counts, logs and reports what happened. While
+//! it does not lead, it checks that it could open what is stored: only then is it a candidate
+//! for the Lease. One clock throughout: the generator's.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -8,16 +10,19 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use kube::Client;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use tls_seal::Seal;
 use tls_selfsigned::{CaRotation, Clock, SelfSigned, Unfit};
 use tls_source::Backoff;
 use tls_source::clock::Rfc3339;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::WriterStats;
 use super::plan::{self, CaChange, PlanError, StoredCa};
+use super::sealed::{self, Opened, Sealed};
 use super::state::{CaState, Content};
+use super::{StateAccess, WriterStats};
 use crate::fenced::Stored;
 use crate::store::{Fence, FencedSecret, Leadership, LeaseHandle, Written};
 
@@ -26,6 +31,9 @@ const MAX_NAP: Duration = Duration::from_secs(30);
 /// The backoff after a failed check: from 1 s, doubling, up to a minute.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often the seal's key files are re-read (a changed key set makes the writer look at what
+/// is stored again: a leader re-seals, a refused replica may open it now).
+pub(crate) const KEY_RECHECK: Duration = Duration::from_secs(10);
 
 /// Where the writer writes: the TLS Secret, and in CA mode the CA Secret with the rotation
 /// vocabulary of the generator.
@@ -40,6 +48,38 @@ pub(crate) struct Writer {
     pub(crate) lease_duration: Duration,
     pub(crate) reports: mpsc::UnboundedSender<tls_source::Error>,
     pub(crate) stats: watch::Sender<WriterStats>,
+    pub(crate) seal: Arc<dyn Seal>,
+    /// What of the TLS Secret is sealed (its `tls.key`, when asked).
+    pub(crate) tls_sealed: Sealed,
+    /// Whether this replica can open what is stored.
+    pub(crate) access: watch::Sender<StateAccess>,
+    /// Whether it campaigns for the Lease (the lock's `candidate`).
+    pub(crate) candidate: watch::Sender<bool>,
+}
+
+/// The Secrets as read, opened.
+struct Read<'a> {
+    tls: Option<Opened>,
+    ca: Option<(&'a FencedSecret, &'a CaRotation, Option<Opened>)>,
+}
+
+/// Why the Secrets could not be read.
+enum ReadError {
+    Api(kube::Error),
+    /// What is stored does not open: this replica writes nothing and does not lead.
+    Sealed(tls_seal::Error),
+}
+
+impl From<kube::Error> for ReadError {
+    fn from(err: kube::Error) -> Self {
+        Self::Api(err)
+    }
+}
+
+impl From<tls_seal::Error> for ReadError {
+    fn from(err: tls_seal::Error) -> Self {
+        Self::Sealed(err)
+    }
 }
 
 /// Why the writer stopped leading a round, or failed a step.
@@ -50,6 +90,17 @@ enum Step {
     Api(kube::Error),
     /// A plan could not be made (a corrupt CA, a generation that failed); retried with backoff.
     Plan(PlanError),
+    /// What is stored cannot be opened, or what is written cannot be sealed: step down.
+    Sealed(tls_seal::Error),
+}
+
+impl From<ReadError> for Step {
+    fn from(err: ReadError) -> Self {
+        match err {
+            ReadError::Api(err) => Self::Api(err),
+            ReadError::Sealed(err) => Self::Sealed(err),
+        }
+    }
 }
 
 impl From<kube::Error> for Step {
@@ -81,6 +132,10 @@ enum Report {
     CorruptCa { secret: String, reason: String },
     #[error("the shared writer could not generate: {0}")]
     Generate(#[source] tls_selfsigned::Error),
+    #[error(
+        "the shared store's state cannot be opened ({0}); this replica writes nothing and does not lead: give it the seal key that sealed it, or restore the state"
+    )]
+    Sealed(#[source] tls_seal::Error),
 }
 
 impl Writer {
@@ -98,17 +153,145 @@ impl Writer {
 
     pub(crate) async fn run(self: Arc<Self>, lease: LeaseHandle, token: CancellationToken) {
         let mut leadership = lease.leadership();
+        // What is sealed is checked before campaigning, again on every change of it and when
+        // the key files change; a failed read is retried with backoff.
+        let mut probes = self.state_changes();
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        let mut retry: Option<Instant> = None;
+        let mut keys = key_recheck();
         loop {
-            let round = tokio::select! {
+            let open = *self.access.borrow() == StateAccess::Open;
+            // The branches only say what woke it (a `watch::Ref` is not held across an await).
+            let probe = tokio::select! {
                 () = token.cancelled() => break,
-                lead = leadership.wait_for(|l| l.leading) => match lead {
-                    Ok(lead) => lead.round,
+                lead = leadership.wait_for(|l| l.leading), if open => match lead {
+                    Ok(lead) => Err(lead.round),
                     Err(_) => break,
                 },
+                Some(()) = probes.next() => Ok(true),
+                () = sleep_until(retry) => Ok(true),
+                _ = keys.tick() => Ok(self.seal.reload()),
             };
-            self.lead(round, &mut leadership, &token).await;
+            match probe {
+                Ok(true) => retry = self.probe(&mut backoff).await,
+                Ok(false) => {}
+                Err(round) => self.lead(round, &mut leadership, &token).await,
+            }
         }
         lease.stop().await;
+    }
+
+    /// Changes of what is sealed (the CA Secret; the TLS Secret when its key is sealed), each
+    /// stream's first event being the state as listed; `None` when nothing is sealed, and this
+    /// replica can always lead.
+    fn state_changes(&self) -> BoxStream<'static, ()> {
+        let mut streams = Vec::new();
+        if self.tls_sealed != Sealed::Nothing {
+            streams.push(self.watch(&self.tls));
+        }
+        if let Some((secret, _)) = &self.ca {
+            streams.push(self.watch(secret));
+        }
+        if streams.is_empty() {
+            self.set_access(StateAccess::Open);
+            return futures::stream::pending().boxed();
+        }
+        futures::stream::select_all(streams).boxed()
+    }
+
+    /// Reads what is sealed and tries to open it: whether this replica may lead. Returns when
+    /// to try again after an API error.
+    async fn probe(&self, backoff: &mut Backoff) -> Option<Instant> {
+        match self.read().await {
+            Ok(_) => {
+                backoff.reset();
+                self.set_access(StateAccess::Open);
+                None
+            }
+            Err(ReadError::Sealed(err)) => {
+                backoff.reset();
+                self.refuse(err);
+                None
+            }
+            Err(ReadError::Api(err)) => {
+                tracing::debug!(secret = %self.tls.id(), error = %err, "reading the shared store's state failed; retrying");
+                Some(Instant::now() + backoff.next().unwrap_or(MAX_BACKOFF))
+            }
+        }
+    }
+
+    /// The Secrets as stored, their sealed values opened.
+    async fn read(&self) -> Result<Read<'_>, ReadError> {
+        let tls = match self.tls.read().await? {
+            Some(stored) => Some(self.open(&self.tls, self.tls_sealed, stored)?),
+            None => None,
+        };
+        let ca = match &self.ca {
+            Some((secret, rotation)) => {
+                let stored = match secret.read().await? {
+                    Some(stored) => Some(self.open(secret, Sealed::All, stored)?),
+                    None => None,
+                };
+                Some((secret, rotation, stored))
+            }
+            None => None,
+        };
+        Ok(Read { tls, ca })
+    }
+
+    fn open(
+        &self,
+        secret: &FencedSecret,
+        which: Sealed,
+        stored: Stored,
+    ) -> Result<Opened, tls_seal::Error> {
+        sealed::open(
+            &*self.seal,
+            secret.namespace(),
+            secret.name(),
+            which,
+            stored,
+        )
+    }
+
+    /// This replica can open what is stored (`Open`), or cannot and says why once.
+    fn set_access(&self, access: StateAccess) {
+        let candidate = access == StateAccess::Open;
+        self.access.send_if_modified(|now| {
+            if *now == access {
+                return false;
+            }
+            if matches!(now, StateAccess::Refused { .. }) && candidate {
+                tracing::info!(secret = %self.tls.id(), "the shared store's state opens again; this replica may lead");
+            }
+            *now = access;
+            true
+        });
+        self.candidate
+            .send_if_modified(|now| std::mem::replace(now, candidate) != candidate);
+    }
+
+    /// What is stored cannot be opened: reported (once per reason), and this replica stops
+    /// campaigning (a leader steps down and releases the Lease).
+    fn refuse(&self, err: tls_seal::Error) {
+        let access = StateAccess::Refused {
+            reason: err.to_string(),
+        };
+        if *self.access.borrow() != access {
+            self.report(Report::Sealed(err));
+        }
+        self.set_access(access);
+    }
+
+    /// The changes of `secret`, the first event being its state as listed.
+    fn watch(&self, secret: &FencedSecret) -> BoxStream<'static, ()> {
+        watcher::watch_object(
+            crate::secret::api(self.client.clone(), &self.namespace),
+            secret.name(),
+        )
+        .default_backoff()
+        .map(|_| ())
+        .boxed()
     }
 
     /// Writes for the Lease round `lease_round` while this replica leads it.
@@ -121,6 +304,7 @@ impl Writer {
         let mut changes = self.changes();
         let mut fence = None;
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        let mut keys = key_recheck();
         loop {
             let report = match self.step(lease_round, &mut fence).await {
                 Ok(next) => {
@@ -148,40 +332,47 @@ impl Writer {
                     reason,
                 }),
                 Err(Step::Plan(PlanError::Generate(err))) => Err(Report::Generate(err)),
+                Err(Step::Sealed(err)) => {
+                    // Nothing is written over what cannot be opened: this replica steps down
+                    // (the lock releases the Lease) until it can open it.
+                    self.refuse(err);
+                    return;
+                }
             };
             let next = report.unwrap_or_else(|report| {
                 self.report(report);
                 let wait = backoff.next().unwrap_or(MAX_BACKOFF);
                 tls_source::clock::saturating_add(self.clock().now(), wait)
             });
-            tokio::select! {
-                () = token.cancelled() => return,
-                changed = leadership.changed() => {
-                    let lead = leadership.borrow().clone();
-                    if changed.is_err() || !lead.leading || lead.round != lease_round {
-                        return;
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    changed = leadership.changed() => {
+                        let lead = leadership.borrow().clone();
+                        if changed.is_err() || !lead.leading || lead.round != lease_round {
+                            return;
+                        }
+                        break;
+                    }
+                    () = until(self.clock(), next) => break,
+                    // Someone else changed or deleted a Secret: check again.
+                    _ = changes.next() => break,
+                    // A new key set: what a key that no longer seals sealed is sealed again.
+                    _ = keys.tick() => {
+                        if self.seal.reload() {
+                            break;
+                        }
                     }
                 }
-                () = until(self.clock(), next) => {}
-                // Someone else changed or deleted a Secret: check again.
-                _ = changes.next() => {}
             }
         }
     }
 
     /// Changes of the TLS Secret and the CA Secret, for the leader to check again.
     fn changes(&self) -> BoxStream<'static, ()> {
-        let watch = |secret: &FencedSecret| {
-            watcher::watch_object(
-                crate::secret::api(self.client.clone(), &self.namespace),
-                secret.name(),
-            )
-            .map(|_| ())
-            .boxed()
-        };
-        let mut streams = vec![watch(&self.tls)];
+        let mut streams = vec![self.watch(&self.tls)];
         if let Some((secret, _)) = &self.ca {
-            streams.push(watch(secret));
+            streams.push(self.watch(secret));
         }
         // The first event of each is the state as listed: skipped, the first step reads it.
         let listed = streams.len();
@@ -191,16 +382,13 @@ impl Writer {
     /// One check: the fence for this round, the CA (in CA mode), the leaf; writes what must
     /// change. Returns when to check again.
     async fn step(&self, lease_round: u64, fence: &mut Option<Fence>) -> Result<SystemTime, Step> {
-        let tls = self.tls.read().await?;
-        let ca = match &self.ca {
-            Some((secret, rotation)) => Some((secret, rotation, secret.read().await?)),
-            None => None,
-        };
+        self.seal.reload();
+        let Read { tls, ca } = self.read().await?;
         let fence = fence.get_or_insert_with(|| {
             let stored = tls
                 .iter()
                 .chain(ca.iter().filter_map(|(_, _, s)| s.as_ref()))
-                .filter_map(|s| s.fence.as_ref());
+                .filter_map(|s| s.stored.fence.as_ref());
             plan::fence(lease_round, &self.identity, stored)
         });
         let now = self.clock().now();
@@ -212,13 +400,19 @@ impl Writer {
             }
             None => (self.generator.clone(), None, None),
         };
-        let leaf = plan::leaf(&generator, tls.as_ref(), served_ca)?;
+        let leaf = plan::leaf(&generator, tls.as_ref().map(|t| &t.stored), served_ca)?;
         if let Some(unfit) = &leaf.generated {
             self.stats.send_modify(|s| s.generated_leaves += 1);
             self.log_unfit(unfit.as_ref());
         }
-        self.write(&self.tls, tls.as_ref(), fence, leaf.content)
-            .await?;
+        self.write(
+            &self.tls,
+            self.tls_sealed,
+            tls.as_ref(),
+            fence,
+            leaf.content,
+        )
+        .await?;
         Ok(plan::next_check(now, ca_next, leaf.renew_after))
     }
 
@@ -228,13 +422,13 @@ impl Writer {
         &self,
         secret: &FencedSecret,
         rotation: &CaRotation,
-        stored: Option<Stored>,
+        stored: Option<Opened>,
         fence: &Fence,
         now: SystemTime,
     ) -> Result<(SelfSigned, String, SystemTime), Step> {
         let read = match &stored {
             None => StoredCa::Missing,
-            Some(stored) => match CaState::read(stored, rotation, now) {
+            Some(opened) => match CaState::read(&opened.stored, rotation, now) {
                 Ok(state) => StoredCa::Read(state),
                 Err(reason) => StoredCa::Unreadable(reason),
             },
@@ -263,24 +457,44 @@ impl Writer {
                 }
             }
         }
-        self.write(secret, stored.as_ref(), fence, ca.state.write())
-            .await?;
+        self.write(
+            secret,
+            Sealed::All,
+            stored.as_ref(),
+            fence,
+            ca.state.write(),
+        )
+        .await?;
         let generator = rotation.signer(&ca.state.signing)?;
         Ok((generator, ca.state.served(), ca.next_check))
     }
 
-    /// A fenced write of `content`, unless the Secret already holds it under this fence.
+    /// A fenced write of `content` (its `which` values sealed), unless the Secret already holds
+    /// it under this fence and nothing of it wants sealing again.
     async fn write(
         &self,
         secret: &FencedSecret,
-        stored: Option<&Stored>,
+        which: Sealed,
+        stored: Option<&Opened>,
         fence: &Fence,
         content: Content,
     ) -> Result<(), Step> {
-        if plan::unchanged(stored, fence, &content) {
+        let reseal = stored.is_some_and(|s| s.reseal);
+        if !reseal && plan::unchanged(stored.map(|s| &s.stored), fence, &content) {
             return Ok(());
         }
-        let (data, annotations) = content;
+        if reseal {
+            let key = self.seal.key_ids().first().map(ToString::to_string);
+            tracing::info!(secret = %secret.id(), key = ?key, "sealing the stored state again with the sealing key");
+        }
+        let (data, annotations) = sealed::seal(
+            &*self.seal,
+            secret.namespace(),
+            secret.name(),
+            which,
+            content,
+        )
+        .map_err(Step::Sealed)?;
         match secret.write_with(fence, Some(&data), &annotations).await? {
             Written::Accepted { .. } => {
                 crate::metrics::fenced_write(&secret.id(), true);
@@ -310,6 +524,21 @@ impl Writer {
             }
             None => tracing::info!(secret = %self.tls.id(), "generating the shared leaf"),
         }
+    }
+}
+
+/// Ticks every [`KEY_RECHECK`], the first a period from now.
+fn key_recheck() -> tokio::time::Interval {
+    let mut keys = tokio::time::interval_at(Instant::now() + KEY_RECHECK, KEY_RECHECK);
+    keys.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    keys
+}
+
+/// Sleeps until `at`, forever when `None`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
