@@ -5,6 +5,9 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "self-signed")]
+pub mod fleet;
+
 use tls_k8s::SecretSource;
 use tls_reload::{Reloader, Status};
 use tls_test::{KubeApi, PATIENCE, TestCert, TestServer};
