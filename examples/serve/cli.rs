@@ -22,6 +22,8 @@ const MIN_TIMEOUT: (Duration, &str) = (Duration::from_millis(1), "1ms");
 const MAX_TIMEOUT: (Duration, &str) = (Duration::from_secs(24 * 3600), "1d");
 const NO_OVERLAP: (Duration, &str) = (Duration::ZERO, "0s");
 
+const SEAL: &str =
+    "Sealed at rest (with --k8s-shared; keep the key where readers of the Secrets cannot get it)";
 const SNI: &str = "SNI (the certificate chosen above is the default, for every other name)";
 const SELF_SIGNED: &str =
     "With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1";
@@ -101,6 +103,18 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "ID")]
     identity: Option<String>,
 
+    /// Seal the fleet's own state (the CA Secret) with the key in PATH: 32 random bytes in
+    /// base64 (openssl rand -base64 32), re-read when it changes; repeatable: the first seals,
+    /// all open (with --k8s-secret: open a sealed tls.key)
+    #[arg(long, value_name = "PATH", help_heading = SEAL)]
+    seal_key: Vec<PathBuf>,
+    /// Once, to migrate: seal the state found unsealed instead of refusing it
+    #[arg(long, help_heading = SEAL)]
+    seal_adopt_unsealed: bool,
+    /// Also seal the served Secret's tls.key (then only readers with the key can use it)
+    #[arg(long, help_heading = SEAL)]
+    seal_served_key: bool,
+
     /// Serve DIR/tls.crt + DIR/tls.key to handshakes for NAME (exact, or *.example.com for one
     /// label); repeatable
     #[arg(long, value_name = "NAME=DIR", value_parser = sni_route, help_heading = SNI)]
@@ -165,6 +179,15 @@ pub(crate) enum Certs {
     },
 }
 
+/// The seal of `--seal-key`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct SealArgs {
+    /// The key files, the sealing one first; none: no seal.
+    pub(crate) keys: Vec<PathBuf>,
+    pub(crate) adopt_unsealed: bool,
+    pub(crate) served_key: bool,
+}
+
 /// The SNI routes.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sni {
@@ -190,6 +213,7 @@ pub(crate) struct Args {
     pub(crate) client_ca: Option<(PathBuf, Duration)>,
     /// Where to serve Prometheus metrics.
     pub(crate) metrics: Option<SocketAddr>,
+    pub(crate) seal: SealArgs,
 }
 
 impl Args {
@@ -241,6 +265,23 @@ impl Cli {
         }
         if self.client_ca.is_none() && self.ca_overlap.is_some_and(|d| !d.is_zero()) {
             return Err("--ca-overlap goes with --client-ca".into());
+        }
+        let seal = SealArgs {
+            keys: self.seal_key,
+            adopt_unsealed: self.seal_adopt_unsealed,
+            served_key: self.seal_served_key,
+        };
+        if seal.keys.is_empty() && (seal.adopt_unsealed || seal.served_key) {
+            return Err("--seal-adopt-unsealed and --seal-served-key go with --seal-key".into());
+        }
+        if !seal.keys.is_empty() && self.k8s_shared.is_none() && self.k8s_secret.is_none() {
+            return Err(
+                "--seal-key goes with --k8s-shared (or --k8s-secret, to open a sealed tls.key)"
+                    .into(),
+            );
+        }
+        if seal.served_key && self.k8s_shared.is_none() {
+            return Err("--seal-served-key goes with --k8s-shared".into());
         }
         let from_api = self.k8s_shared.is_some() || self.k8s_secret.is_some();
         if from_api && self.client_ca.is_some() {
@@ -313,6 +354,7 @@ impl Cli {
                 .client_ca
                 .map(|path| (path, self.ca_overlap.unwrap_or_default())),
             metrics: self.metrics,
+            seal,
         })
     }
 }
@@ -522,6 +564,27 @@ mod tests {
             Certs::Shared { ref namespace, ref name, lease: Some(ref lease), ref identity, .. }
                 if namespace == "default" && name == "web-tls" && lease == "w" && identity == "pod-0"
         ));
+        let sealed = parse(&[
+            "--k8s-shared",
+            "default/web-tls",
+            "--identity",
+            "pod-0",
+            "--seal-key",
+            "/keys/new",
+            "--seal-key",
+            "/keys/old",
+            "--seal-served-key",
+        ])
+        .unwrap();
+        assert_eq!(
+            sealed.seal,
+            SealArgs {
+                keys: vec!["/keys/new".into(), "/keys/old".into()],
+                adopt_unsealed: false,
+                served_key: true,
+            },
+            "the key files in their order: the first seals"
+        );
         let secret = parse(&["--k8s-secret", "default/web-tls"]).unwrap();
         assert_eq!(
             secret.certs,
@@ -632,6 +695,27 @@ mod tests {
             &["--ca-overlap", "1m"],
             "--ca-overlap",
             "goes with --client-ca",
+        );
+        refused(
+            &["--seal-key", "/keys/seal.key"],
+            "--seal-key",
+            "goes with --k8s-shared",
+        );
+        refused(
+            &["--k8s-shared", "default/web-tls", "--seal-adopt-unsealed"],
+            "--seal-adopt-unsealed",
+            "go with --seal-key",
+        );
+        refused(
+            &[
+                "--k8s-secret",
+                "default/web",
+                "--seal-key",
+                "k",
+                "--seal-served-key",
+            ],
+            "--seal-served-key",
+            "goes with --k8s-shared",
         );
         refused(
             &["--k8s-secret", "default/web", "--client-ca", "ca"],

@@ -7,6 +7,7 @@
 //!                              [--self-signed-dir DIR] [--self-signed-ca]
 //!                              [--k8s-secret NAMESPACE/NAME]
 //!                              [--k8s-shared NAMESPACE/NAME [--lease NAME] [--identity ID]]
+//!                              [--seal-key PATH]... [--seal-adopt-unsealed] [--seal-served-key]
 //!                              [--sni NAME=DIR]... [--sni-strict]
 //!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
 //!                              [--ready-timeout DURATION] [--fail-fast]
@@ -31,6 +32,13 @@
 //!   the leader generates; with `--self-signed-ca` the CA's key is kept in the Secret
 //!   `NAME-ca`. `--identity` names this replica (default: `POD_NAME`, then the host name). The
 //!   status JSON gains `leader`: `{"holder": …, "round": …, "leading": true|false}`.
+//! - `--seal-key PATH` (repeatable; with `--k8s-shared`) seals the fleet's own state, the CA
+//!   Secret, with the key in `PATH` (32 random bytes in base64: `openssl rand -base64 32`;
+//!   re-read when it changes): the first key seals, all open. A replica that cannot open what
+//!   is stored serves, writes nothing and does not lead. Unsealed state is refused unless
+//!   `--seal-adopt-unsealed` (once, to migrate); `--seal-served-key` seals the served Secret's
+//!   `tls.key` too (with `--k8s-secret`, `--seal-key` opens one). The status JSON gains
+//!   `seal`: `{"key_ids": […], "state": "open"|"refused"|"unknown", "reason": …}`.
 //! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
 //!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
 //!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
@@ -62,11 +70,13 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use axum::Router;
 use axum::routing::get;
+use tls_k8s::seal::{KeyRing, Seal};
 use tls_reload::Reloader;
 use tls_selfsigned::SelfSigned;
 use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
@@ -78,8 +88,8 @@ use tokio_util::sync::CancellationToken;
 mod cli;
 mod status;
 
-use cli::{Args, Certs, SelfSignedArgs};
-use status::{AppState, status_json};
+use cli::{Args, Certs, SealArgs, SelfSignedArgs};
+use status::{AppState, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
 /// (kube's client logs a response body it cannot parse at warn).
@@ -124,7 +134,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let (source, trigger, fleet) = source(&args).await?;
-    let (leader, released) = fleet.map(|f| (f.leader, f.released)).unzip();
+    let (leader, released, sealing) = match fleet {
+        Some(f) => (Some(f.leader), Some(f.released), Some(f.seal)),
+        None => (None, None, None),
+    };
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .sni_strict(args.sni.strict);
@@ -173,6 +186,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_state(AppState {
             status: reloader.status(),
             leader,
+            sealing,
         });
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
@@ -232,10 +246,28 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
 /// `--k8s-shared`, the fleet's side.
 type Chosen = (BoxCertSource, Option<Trigger>, Option<Fleet>);
 
-/// With `--k8s-shared`: the leadership, and the end of the writer (its Lease released).
+/// With `--k8s-shared`: the leadership, the end of the writer (its Lease released), and the
+/// seal with whether this replica can open the stored state.
 struct Fleet {
     leader: watch::Receiver<tls_k8s::Leadership>,
     released: futures::future::BoxFuture<'static, ()>,
+    seal: Sealing,
+}
+
+/// The `--seal-key` ring (or none), as the status page shows it.
+fn seal(args: &SealArgs) -> anyhow::Result<Option<Arc<dyn Seal>>> {
+    if args.keys.is_empty() {
+        return Ok(None);
+    }
+    let ring = KeyRing::from_files(&args.keys)
+        .context("--seal-key")?
+        .adopt_unsealed(args.adopt_unsealed);
+    if args.adopt_unsealed {
+        tracing::warn!(
+            "--seal-adopt-unsealed: state found unsealed is sealed and trusted; remove the flag once it is"
+        );
+    }
+    Ok(Some(Arc::new(ring)))
 }
 
 async fn source(args: &Args) -> anyhow::Result<Chosen> {
@@ -266,10 +298,20 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             if let Some(lease) = lease {
                 shared = shared.lease(lease);
             }
+            let ring = seal(&args.seal)?;
+            if let Some(ring) = &ring {
+                shared = shared
+                    .seal(ring.clone())
+                    .seal_served_key(args.seal.served_key);
+            }
             let shared = shared.start(&CancellationToken::new());
             let fleet = Fleet {
                 leader: shared.leadership(),
                 released: Box::pin(shared.stopped()),
+                seal: Sealing {
+                    seal: ring,
+                    access: shared.access(),
+                },
             };
             Ok((shared.boxed_source(), None, Some(fleet)))
         }
@@ -291,9 +333,11 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             None => FileSource::kubernetes_dir(dir),
         }),
         Certs::Secret { namespace, name } => {
-            let source =
-                tls_k8s::SecretSource::builder(kube_client().await?, namespace, name).build();
-            Ok((source.boxed_source(), None, None))
+            let mut source = tls_k8s::SecretSource::builder(kube_client().await?, namespace, name);
+            if let Some(ring) = seal(&args.seal)? {
+                source = source.seal(ring);
+            }
+            Ok((source.build().boxed_source(), None, None))
         }
     }
 }

@@ -1,9 +1,13 @@
 //! `GET /`: the reloader's status as JSON (tls-reload's `Serialize` for `Status`, feature
 //! `serde`), with what is per request (the client certificate of the connection) or comes from
-//! the Lease (`leader`, with `--k8s-shared`).
+//! the fleet (`leader` and `seal`, with `--k8s-shared`).
+
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use tls_k8s::StateAccess;
+use tls_k8s::seal::Seal;
 use tls_reload::Status;
 use tokio::sync::watch;
 
@@ -12,6 +16,15 @@ use tokio::sync::watch;
 pub(crate) struct AppState {
     pub(crate) status: watch::Receiver<Status>,
     pub(crate) leader: Option<watch::Receiver<tls_k8s::Leadership>>,
+    pub(crate) sealing: Option<Sealing>,
+}
+
+/// With `--k8s-shared`: the `--seal-key` ring (none: state stored unsealed), and whether this
+/// replica can open what is stored.
+#[derive(Clone)]
+pub(crate) struct Sealing {
+    pub(crate) seal: Option<Arc<dyn Seal>>,
+    pub(crate) access: watch::Receiver<StateAccess>,
 }
 
 pub(crate) async fn status_json(
@@ -40,6 +53,24 @@ pub(crate) async fn status_json(
             "holder": leader.holder,
             "round": leader.round,
             "leading": leader.leading,
+        });
+    }
+    if let Some(sealing) = &state.sealing {
+        let key_ids: Vec<String> = sealing
+            .seal
+            .iter()
+            .flat_map(|s| s.key_ids())
+            .map(|id| id.to_string())
+            .collect();
+        let (access, reason) = match &*sealing.access.borrow() {
+            StateAccess::Open => ("open", None),
+            StateAccess::Refused { reason } => ("refused", Some(reason.clone())),
+            _ => ("unknown", None),
+        };
+        json["seal"] = serde_json::json!({
+            "key_ids": key_ids,
+            "state": access,
+            "reason": reason,
         });
     }
     Json(json)

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use base64::Engine as _;
 use tls_test::{KubeDir, PATIENCE, TestCa, TestCert};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -929,6 +930,85 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
         serve.signal("-TERM");
         assert_eq!(serve.exit_code().await, Some(0));
     }
+}
+
+/// `serve --k8s-shared --seal-key`: the replica with the key leads and seals the CA Secret; one
+/// with another key and one with none serve the same certificate, refuse the state, say why
+/// in the status, and never lead. The key files are made as the docs say, with openssl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k8s_shared_with_a_seal_key_seals_the_ca_and_a_replica_without_the_key_says_why() {
+    let api = tls_test::KubeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = |name: &str| {
+        let path = dir.path().join(name);
+        let out = std::process::Command::new("openssl")
+            .args(["rand", "-out"])
+            .arg(&path)
+            .args(["-base64", "32"])
+            .status()
+            .expect("openssl");
+        assert!(out.success());
+        path
+    };
+    let (right, wrong) = (key_file("right.key"), key_file("wrong.key"));
+    let start = |id: &'static str, seal: Vec<std::ffi::OsString>| {
+        let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
+        async move {
+            let mut args: Vec<std::ffi::OsString> = [
+                "--k8s-shared",
+                "default/web-tls",
+                "--identity",
+                id,
+                "--self-signed-ca",
+            ]
+            .map(Into::into)
+            .to_vec();
+            args.extend(seal);
+            let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+            Serve::start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await
+        }
+    };
+    let sealing = start("web-0", vec!["--seal-key".into(), right.clone().into()]).await;
+    let status = sealing
+        .wait_status("web-0 leads", |s| s["leader"]["leading"] == true)
+        .await;
+    assert_eq!(status["seal"]["state"], "open", "{status}");
+    assert_eq!(status["seal"]["key_ids"].as_array().unwrap().len(), 1);
+    let ca_key = api.get("secrets", "default", "web-tls-ca").unwrap()["data"]["ca.key"]
+        .as_str()
+        .map(|v| base64::engine::general_purpose::STANDARD.decode(v).unwrap())
+        .unwrap();
+    assert_eq!(&ca_key[..4], b"\x89TSE", "ca.key is sealed");
+    let others = [
+        (
+            start("web-1", vec!["--seal-key".into(), wrong.into()]).await,
+            "not in the key ring",
+        ),
+        (start("web-2", vec![]).await, "no seal key is configured"),
+    ];
+    for (serve, says) in &others {
+        let status = serve
+            .wait_status("the state refused", |s| s["seal"]["state"] == "refused")
+            .await;
+        let reason = status["seal"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(says) && reason.contains("default/web-tls-ca"),
+            "{reason}"
+        );
+        assert_eq!(status["leader"]["leading"], false);
+        assert_eq!(status["leader"]["holder"], "web-0");
+        assert_eq!(
+            status["fingerprint_sha256"],
+            sealing.status().await["fingerprint_sha256"],
+            "it serves the fleet's certificate"
+        );
+    }
+    for (serve, _) in others {
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
+    sealing.signal("-TERM");
+    assert_eq!(sealing.exit_code().await, Some(0));
 }
 
 /// A plain-HTTP GET of `path` from `addr`: the body.
