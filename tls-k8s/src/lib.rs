@@ -144,6 +144,45 @@
 //! The whole manifest (namespace, service account, both Roles, the binding) is
 //! `deploy/shared.yaml` in the repository.
 //!
+//! # Sealed at rest
+//! A Secret is base64, not encryption: whoever may `get` the CA Secret (a broad Role, a
+//! backup, an etcd snapshot) could mint certificates every client of the fleet trusts. With
+//! `SharedSelfSigned::seal` (`serve --seal-key PATH`), the store seals what it keeps for
+//! itself with [`seal`] (the `tls-seal` crate: AES-256-GCM, an envelope documented for other
+//! implementations, bound to namespace, Secret and key, so a value copied elsewhere does not
+//! open).
+//!
+//! | what | sealed |
+//! |---|---|
+//! | the CA Secret `NAME-ca`: every value (`ca.key`, `next.key`, and the certificates, so none can be planted) | yes, with a seal |
+//! | the served TLS Secret `NAME` (`tls.crt`, `tls.key`, `ca.crt`) | no: other consumers read it; `tls.key` with `SharedSelfSigned::seal_served_key` (`--seal-served-key`), and then every reader needs the key ([`SecretSourceBuilder::seal`]) |
+//! | annotations (fence, `renew-after`, `switch-after`), the Lease | no: they hold no secret |
+//!
+//! **Nothing is lost, nothing is adopted silently.** A replica that cannot open what is stored
+//! (no key, the wrong key, a tampered value, a value copied from another Secret) serves the TLS
+//! Secret, writes nothing, says why (`SharedSource::access`, the status, the log) and does
+//! not campaign for the Lease; a leader that finds it so steps down and releases it. State
+//! found unsealed while a seal is configured is refused the same way, since whoever may
+//! `update` Secrets but not `get` them could have planted a CA key of their choosing; the
+//! one-time migration is [`KeyRing::adopt_unsealed`](seal::KeyRing::adopt_unsealed)
+//! (`--seal-adopt-unsealed`): the leader seals what it finds, and the flag is removed after.
+//!
+//! **Rolling the key** takes three rollouts, each a normal one, and every replica keeps serving
+//! through each (replicas on different key lists at once are fine; one writes):
+//! 1. add the new key second (`--seal-key old --seal-key new`): every replica can open both;
+//! 2. put it first (`--seal-key new --seal-key old`): the leader seals everything again with it
+//!    on its next check;
+//! 3. remove the old one (`--seal-key new`) once the leader has (its log says "sealing the
+//!    stored state again"; the envelope's key id is bytes 6..14 of each value).
+//!
+//! Key files are re-read every 10 s, so a key rotated in place by a secrets-store driver is
+//! taken up without a restart.
+//!
+//! **Where the key must come from.** A seal protects against those who can read the Secrets and
+//! not the key: a key in a Secret of the same namespace protects nothing against
+//! `get secrets`. Mount it from a KMS-backed store or the secrets-store CSI driver, or from a
+//! namespace the workload's readers cannot read.
+//!
 //! # Metrics
 //! With the `metrics` feature, on the `metrics` facade (nothing is recorded until the
 //! application installs a recorder; `tls-reload`'s feature of the same name documents the
@@ -297,16 +336,26 @@ fn forbidden(err: &kube::runtime::watcher::Error) -> Option<String> {
 #[doc(hidden)]
 pub mod fuzzing {
     /// Decodes `json` as a Secret the way [`SecretSource`](crate::SecretSource) does (base64
-    /// values, the three keys, the PEM/DER bundle), ignoring the outcome.
+    /// values, the three keys, the PEM/DER bundle; once as stored and once opening `tls.key`
+    /// with a seal), ignoring the outcome.
     pub fn secret(json: &[u8]) {
+        static SEAL: std::sync::OnceLock<tls_seal::KeyRing> = std::sync::OnceLock::new();
         let Ok(secret) = serde_json::from_slice::<kube::api::DynamicObject>(json) else {
             return;
         };
-        let _ = crate::secret::read(
-            &secret,
-            &crate::secret::Keys::default(),
-            &tls_source::Decoder::new(),
-        );
+        let seal = SEAL.get_or_init(|| {
+            tls_seal::KeyRing::from_keys([tls_seal::SealKey::from_bytes([7; 32])])
+                .expect("a key")
+                .adopt_unsealed(true)
+        });
+        for seal in [None, Some(seal as &dyn tls_seal::Seal)] {
+            let _ = crate::secret::read(
+                &secret,
+                &crate::secret::Keys::default(),
+                &tls_source::Decoder::new(),
+                seal,
+            );
+        }
     }
 
     /// Reads a Secret's fence (`tls-rotation.io/round` and `holder`) as a writer does.

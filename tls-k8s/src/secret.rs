@@ -131,7 +131,7 @@ impl SecretSourceBuilder {
     }
 
     /// Opens the private key (`tls.key`) with `seal`: for a Secret whose key is sealed
-    /// ([`SharedSelfSigned::seal_served_key`](crate::SharedSelfSigned::seal_served_key)). A
+    /// (`SharedSelfSigned::seal_served_key`, feature `self-signed`). A
     /// key that does not open (stored unsealed, sealed with a key not in the ring, altered, or
     /// copied from another Secret) is reported ([`Error::Sealed`]) and the last good
     /// certificate keeps serving. The seal's key files are re-read at each change of the

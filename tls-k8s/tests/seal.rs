@@ -14,7 +14,7 @@ use base64::Engine as _;
 use common::fleet::*;
 use tls_k8s::StateAccess;
 use tls_k8s::seal::{KeyRing, Location, Plain, Seal, SealKey, envelope};
-use tls_test::{KubeApi, Logs};
+use tls_test::{KubeApi, Logs, TestCa, TestCert};
 
 fn ring(keys: &[&SealKey]) -> Arc<dyn Seal> {
     Arc::new(KeyRing::from_keys(keys.iter().map(|k| (*k).clone())).expect("keys"))
@@ -455,4 +455,61 @@ async fn no_private_key_is_readable_in_any_secret_of_our_state_or_in_any_log_lin
             "a log line holds key material"
         );
     }
+}
+
+/// `cert` in the Secret `default/tls`, its key sealed with `seal` (or altered after).
+fn put_sealed(api: &KubeApi, seal: &dyn Seal, cert: &TestCert, alter: bool) {
+    let mut key = seal
+        .seal(
+            Location::new("default", "tls", "tls.key"),
+            cert.key_pem.as_bytes(),
+        )
+        .expect("sealed");
+    if alter {
+        key[30] ^= 0x01;
+    }
+    api.put_secret(
+        "default",
+        "tls",
+        &[
+            ("tls.crt", cert.chain_pem.as_bytes()),
+            ("tls.key", key.as_slice()),
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_secret_source_with_a_seal_serves_a_sealed_key_and_keeps_the_last_good_when_one_does_not_open()
+ {
+    let api = KubeApi::start().await;
+    let ca = TestCa::new("sealed");
+    let (first, second, third) = (
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+    );
+    let k = key();
+    let seal = ring(&[&k]);
+    put_sealed(&api, &*seal, &first, false);
+    let source = tls_k8s::SecretSource::builder(common::client(&api), "default", "tls")
+        .seal(seal.clone())
+        .build();
+    let served = common::Served::serve(source).await;
+    served.expect_served(&first).await;
+    // Altered, unsealed (planted), sealed with another key: each reported by place, and the
+    // last good keeps serving.
+    put_sealed(&api, &*seal, &second, true);
+    served
+        .expect_reported("default/tls tls.key does not open", &first)
+        .await;
+    common::put(&api, &second);
+    served
+        .expect_reported("default/tls tls.key is stored unsealed", &first)
+        .await;
+    put_sealed(&api, &*ring(&[&key()]), &second, false);
+    served.expect_reported("not in the key ring", &first).await;
+    // Good input again: served.
+    put_sealed(&api, &*seal, &third, false);
+    served.expect_served(&third).await;
+    served.expect_recovered().await;
 }

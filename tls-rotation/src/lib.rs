@@ -10,7 +10,7 @@
 //! | `accept` (default) | [`Reloader::incoming`]: a hardened stream of TLS connections |
 //! | `axum`, `tonic` | the accept stream as an `axum::serve::Listener`; connections as tonic's `Connected` |
 //! | `k8s` | `tls_rotation::k8s`: a Kubernetes Secret, or many by label selector (tls-k8s) |
-//! | `self-signed` | `tls_rotation::selfsigned`: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`) |
+//! | `self-signed` | `tls_rotation::selfsigned`: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`, its CA sealed at rest with `k8s::seal`) |
 //! | `metrics` | metrics on the `metrics` facade, for every crate turned on |
 //! | `ring`, `aws-lc-rs` | the rustls crypto provider used when the process installed none |
 //!

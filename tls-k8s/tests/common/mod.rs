@@ -60,7 +60,11 @@ pub struct Served {
 impl Served {
     /// Serves the Secret `namespace/name` through `client`; waits for the first certificate.
     pub async fn start(client: kube::Client, namespace: &str, name: &str) -> Self {
-        let source = SecretSource::builder(client, namespace, name).build();
+        Self::serve(SecretSource::builder(client, namespace, name).build()).await
+    }
+
+    /// Serves `source`; waits for the first certificate.
+    pub async fn serve(source: SecretSource) -> Self {
         let reloader = Reloader::builder()
             .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .spawn(source)
