@@ -158,7 +158,7 @@ impl Writer {
         let mut probes = self.state_changes();
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut retry: Option<Instant> = None;
-        let mut keys = key_recheck();
+        let mut keys = KeyCheck::new(&*self.seal);
         loop {
             let open = *self.access.borrow() == StateAccess::Open;
             // The branches only say what woke it (a `watch::Ref` is not held across an await).
@@ -170,7 +170,7 @@ impl Writer {
                 },
                 Some(()) = probes.next() => Ok(true),
                 () = sleep_until(retry) => Ok(true),
-                _ = keys.tick() => Ok(self.seal.reload()),
+                _ = keys.tick() => Ok(keys.changed(&*self.seal)),
             };
             match probe {
                 Ok(true) => retry = self.probe(&mut backoff).await,
@@ -304,7 +304,7 @@ impl Writer {
         let mut changes = self.changes();
         let mut fence = None;
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-        let mut keys = key_recheck();
+        let mut keys = KeyCheck::new(&*self.seal);
         loop {
             let report = match self.step(lease_round, &mut fence).await {
                 Ok(next) => {
@@ -359,7 +359,7 @@ impl Writer {
                     _ = changes.next() => break,
                     // A new key set: what a key that no longer seals sealed is sealed again.
                     _ = keys.tick() => {
-                        if self.seal.reload() {
+                        if keys.changed(&*self.seal) {
                             break;
                         }
                     }
@@ -527,11 +527,33 @@ impl Writer {
     }
 }
 
-/// Ticks every [`KEY_RECHECK`], the first a period from now.
-fn key_recheck() -> tokio::time::Interval {
-    let mut keys = tokio::time::interval_at(Instant::now() + KEY_RECHECK, KEY_RECHECK);
-    keys.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    keys
+/// The seal's keys, looked at every [`KEY_RECHECK`]: a change is seen by the ids, not by what
+/// `reload` returns (the `SecretSource` sharing the seal may have reloaded it first).
+struct KeyCheck {
+    ids: Vec<tls_seal::KeyId>,
+    interval: tokio::time::Interval,
+}
+
+impl KeyCheck {
+    fn new(seal: &dyn Seal) -> Self {
+        let mut interval = tokio::time::interval_at(Instant::now() + KEY_RECHECK, KEY_RECHECK);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            ids: seal.key_ids(),
+            interval,
+        }
+    }
+
+    async fn tick(&mut self) {
+        self.interval.tick().await;
+    }
+
+    /// Re-reads the keys; whether they differ from the last look.
+    fn changed(&mut self, seal: &dyn Seal) -> bool {
+        seal.reload();
+        let ids = seal.key_ids();
+        ids != std::mem::replace(&mut self.ids, ids.clone())
+    }
 }
 
 /// Sleeps until `at`, forever when `None`.
