@@ -130,25 +130,24 @@ mod tests {
         assert!(!opened.reseal);
     }
 
-    #[test]
-    fn a_value_sealed_by_an_older_key_asks_to_be_sealed_again() {
-        let (data, _) = super::seal(
-            &ring(&[1]),
-            "ns",
-            "ca",
-            Sealed::All,
-            (
-                BTreeMap::from([("ca.key".to_owned(), b"k".to_vec())]),
-                BTreeMap::new(),
-            ),
-        )
-        .expect("sealed");
-        let read = Stored {
+    /// `ca.key` = `k` in the Secret `ns/ca`, as a writer with `keys` stores it.
+    fn sealed_ca(keys: &[u8]) -> Stored {
+        let content = (
+            BTreeMap::from([("ca.key".to_owned(), b"k".to_vec())]),
+            BTreeMap::new(),
+        );
+        let (data, _) = super::seal(&ring(keys), "ns", "ca", Sealed::All, content).expect("sealed");
+        Stored {
             fence: None,
             data,
             annotations: BTreeMap::new(),
-        };
-        let opened = open(&ring(&[2, 1]), "ns", "ca", Sealed::All, read).expect("opens");
+        }
+    }
+
+    #[test]
+    fn a_value_sealed_by_an_older_key_asks_to_be_sealed_again() {
+        let opened = open(&ring(&[2, 1]), "ns", "ca", Sealed::All, sealed_ca(&[1])).expect("opens");
+        assert_eq!(opened.stored.data["ca.key"], b"k");
         assert!(opened.reseal);
     }
 
@@ -157,23 +156,7 @@ mod tests {
         let plain = stored(&[("ca.key", b"-----BEGIN PRIVATE KEY-----")]);
         let err = open(&ring(&[1]), "ns", "ca", Sealed::All, plain).expect_err("refused");
         assert!(matches!(err, tls_seal::Error::Unsealed { .. }), "{err}");
-        let (data, _) = super::seal(
-            &ring(&[1]),
-            "ns",
-            "ca",
-            Sealed::All,
-            (
-                BTreeMap::from([("ca.key".to_owned(), b"k".to_vec())]),
-                BTreeMap::new(),
-            ),
-        )
-        .expect("sealed");
-        let read = Stored {
-            fence: None,
-            data,
-            annotations: BTreeMap::new(),
-        };
-        let err = open(&Plain, "ns", "ca", Sealed::All, read).expect_err("no key");
+        let err = open(&Plain, "ns", "ca", Sealed::All, sealed_ca(&[1])).expect_err("no key");
         assert!(matches!(err, tls_seal::Error::NoSealKey { .. }), "{err}");
         let empty = stored(&[("tls.key", b"")]);
         assert!(open(&ring(&[1]), "ns", "tls", Sealed::All, empty).is_ok());
