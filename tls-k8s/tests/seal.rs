@@ -186,7 +186,7 @@ async fn unsealed_state_is_refused_without_the_migration_and_sealed_with_it() {
     let plain = sealed(&api, "plain", Arc::new(Plain)).await;
     let leaf = converged(&api, &[&plain]).await;
     let ca = stored_ca(&api, &Plain);
-    plain.kill().await;
+    plain.stop().await;
     assert!(
         secret_value(&api, "tls-ca", "ca.key")
             .is_some_and(|k| k.starts_with(b"-----BEGIN PRIVATE KEY-----")),
@@ -196,13 +196,17 @@ async fn unsealed_state_is_refused_without_the_migration_and_sealed_with_it() {
     let refusing = sealed(&api, "refusing", ring(&[&k])).await;
     let reason = refused(&refusing).await;
     assert!(reason.contains("stored unsealed"), "{reason}");
-    assert_eq!(refusing.served().await, leaf, "it serves the TLS Secret");
+    assert_eq!(
+        converged(&api, &[&refusing]).await,
+        leaf,
+        "it serves the TLS Secret"
+    );
     assert!(lease_writes(&refusing).is_empty(), "it never campaigned");
     assert!(
         secret_value(&api, "tls-ca", "ca.key").is_some_and(|k| k.starts_with(b"-----BEGIN")),
         "nothing sealed without the migration"
     );
-    refusing.kill().await;
+    refusing.stop().await;
     let adopting: Arc<dyn Seal> = Arc::new(
         KeyRing::from_keys([k.clone()])
             .expect("a key")
@@ -216,7 +220,7 @@ async fn unsealed_state_is_refused_without_the_migration_and_sealed_with_it() {
     assert_eq!(migrating.stats().generated_leaves, 0);
     // From now on a replica without the key refuses what is sealed, and a replica with the
     // key and no migration opens it.
-    migrating.kill().await;
+    migrating.stop().await;
     let without = sealed(&api, "without", Arc::new(Plain)).await;
     let reason = refused(&without).await;
     assert!(reason.contains("no seal key is configured"), "{reason}");
@@ -246,10 +250,10 @@ async fn a_replica_with_the_wrong_key_serves_writes_nothing_never_leads_and_reco
             && reason.contains(&wrong.id().to_string()),
         "{reason}"
     );
-    assert_eq!(c.served().await, leaf, "it serves");
+    assert_eq!(converged(&api, &[&c]).await, leaf, "it serves");
     // The only holder goes away (and releases the Lease): the lease is free, and the replica
     // with the wrong key still does not take it.
-    a.kill().await;
+    a.stop().await;
     let b = sealed(&api, "b", ring(&[&right])).await;
     leader(&[&b, &c]).await;
     assert!(b.leading());
@@ -270,7 +274,7 @@ async fn a_replica_with_the_wrong_key_serves_writes_nothing_never_leads_and_reco
         *a == StateAccess::Open
     })
     .await;
-    b.kill().await;
+    b.stop().await;
     until("the recovered replica leads", || c.leading()).await;
     assert_eq!(converged(&api, &[&c]).await, leaf);
 }
@@ -309,22 +313,15 @@ async fn a_new_key_rolls_across_the_fleet_in_three_rollouts_while_replicas_hold_
             assert_eq!(converged(&api, &up).await, leaf, "step {step}: all serve");
             leader(&up).await;
             for r in &up {
-                assert_ne!(
-                    *r.access.borrow(),
-                    StateAccess::Unknown,
-                    "step {step}: {} read the state",
-                    r.id
-                );
-                assert!(
-                    !matches!(*r.access.borrow(), StateAccess::Refused { .. }),
-                    "step {step}: {} refused: {:?}",
-                    r.id,
-                    *r.access.borrow()
-                );
+                let access = tls_test::wait_for(r.access.clone(), "the state read", |a| {
+                    *a != StateAccess::Unknown
+                })
+                .await;
+                assert_eq!(access, StateAccess::Open, "step {step}: {}", r.id);
             }
             let gone = fleet.remove(0);
             generated_cas += gone.stats().generated_cas;
-            gone.kill().await;
+            gone.stop().await;
             fleet.push(replica);
         }
     }

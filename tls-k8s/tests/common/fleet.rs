@@ -79,9 +79,17 @@ impl Replica {
         }
     }
 
-    /// Stopped: its reloader ends and drops the source (a leader releases its Lease on the
-    /// way out), and it serves no more.
+    /// Killed: it stops without a word, as on SIGKILL (its API connection is cut first, so a
+    /// leader cannot release its Lease: the others take over when it expires), and serves no
+    /// more.
     pub async fn kill(self) {
+        self.endpoint.partition(tls_test::Link::Reset);
+        self.stop().await;
+    }
+
+    /// Stopped gracefully, as on SIGTERM in a rollout: its reloader ends and drops the source
+    /// (a leader releases its Lease on the way out), and it serves no more.
+    pub async fn stop(self) {
         self.reloader.stop();
         let _ = tokio::time::timeout(tls_test::PATIENCE, self.reloader.stopped())
             .await
