@@ -1,8 +1,8 @@
 //! 8. SNI: 10,000 certificates in one resolver. Lookup time for an exact name, a wildcard and a
 //!    miss that falls to the default, against a plain `HashMap<String, Arc<CertifiedKey>>`
-//!    lookup in the same run; and the time to apply one changed route (a rotation, same name:
-//!    validate and store into the route's slot) and one new route (validate, and the SNI table of
-//!    10,000 names rebuilt).
+//!    lookup in the same run; and, at 1,000, 10,000 and 50,000 routes, the time to apply one
+//!    changed route (a rotation, same name: validate and store into the route's slot), one new
+//!    route (validate, and its names edited into the SNI table) and one removed route.
 //!    Memory per certificate is measured by the `memory` binary.
 //!
 //! `cargo bench -p benches --bench sni`
@@ -64,71 +64,85 @@ fn sni(c: &mut Criterion) {
     assert!(resolver.lookup(Some("host4321.example.com")).is_some());
     assert!(resolver.lookup(Some("a.zone432.example.com")).is_some());
 
-    // Applying changes, through the keyed source: until the status says it is in.
-    let extra = sni_bundles(2, 0);
-    // The same name, new certificates: a rotation, which stores into the route's slot.
-    let rotate = [
-        sni_bundle("host4321.example.com"),
-        sni_bundle("host4321.example.com"),
-    ];
-    let mut status = fed.reloader.status();
+    drop(fed);
+    apply(c, &runtime);
+}
+
+/// Applying one change through the keyed source, until the status says it is in, at 1,000,
+/// 10,000 and 50,000 routes: a change costs the same whatever the number of routes (the table
+/// is edited one name at a time, not rebuilt).
+fn apply(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
+    let default = &certs(1)[0];
     let mut group = c.benchmark_group("sni_apply");
-    // Counts across criterion's calls, so that each rotation differs from what is installed.
-    let mut n = 0usize;
-    group.bench_function("one changed route (10,000 routes)", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                n += 1;
-                let key = "bench/route-4321".to_owned();
-                let generation = status.borrow_and_update().routes[&key].generation;
-                let start = Instant::now();
-                fed.tx
-                    .unbounded_send(Ok(Keyed {
-                        key: key.clone(),
-                        update: KeyedUpdate::Put(rotate[n % 2].clone()),
-                    }))
-                    .unwrap();
-                runtime
-                    .block_on(status.wait_for(|s| s.routes[&key].generation > generation))
-                    .unwrap();
-                total += start.elapsed();
-            }
-            total
+    for n in [1_000, 10_000, 50_000] {
+        let fed = FedRoutes::start(runtime, default, sni_bundles(n * 9 / 10, n / 10));
+        let extra = sni_bundles(2, 0);
+        let key = "bench/route-432".to_owned();
+        // The same name, new certificates: a rotation, which stores into the route's slot.
+        let rotate = [
+            sni_bundle("host432.example.com"),
+            sni_bundle("host432.example.com"),
+        ];
+        let mut status = fed.reloader.status();
+        let send = |key: &str, update: KeyedUpdate| {
+            fed.tx
+                .unbounded_send(Ok(Keyed {
+                    key: key.to_owned(),
+                    update,
+                }))
+                .unwrap();
+        };
+        // Counts across criterion's calls, so that each rotation differs from what is installed.
+        let mut turn = 0usize;
+        group.bench_function(format!("one changed route ({n} routes)"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    turn += 1;
+                    let generation = status.borrow_and_update().routes[&key].generation;
+                    let start = Instant::now();
+                    send(&key, KeyedUpdate::Put(rotate[turn % 2].clone()));
+                    runtime
+                        .block_on(status.wait_for(|s| s.routes[&key].generation > generation))
+                        .unwrap();
+                    total += start.elapsed();
+                }
+                total
+            });
         });
-    });
-    group.bench_function("one new route, table rebuilt (10,000 routes)", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for i in 0..iters {
-                let (key, bundle) = &extra[(i % 2) as usize];
-                let start = Instant::now();
-                fed.tx
-                    .unbounded_send(Ok(Keyed {
-                        key: key.clone(),
-                        update: KeyedUpdate::Put(bundle.clone()),
-                    }))
-                    .unwrap();
-                runtime
-                    .block_on(
-                        status.wait_for(|s| s.routes.get(key).is_some_and(|r| r.current.is_some())),
-                    )
-                    .unwrap();
-                total += start.elapsed();
-                // Out again, untimed, so that the next one is new.
-                fed.tx
-                    .unbounded_send(Ok(Keyed {
-                        key: key.clone(),
-                        update: KeyedUpdate::Remove,
-                    }))
-                    .unwrap();
-                runtime
-                    .block_on(status.wait_for(|s| !s.routes.contains_key(key)))
-                    .unwrap();
-            }
-            total
-        });
-    });
+        let added = |s: &tls_reload::Status, key: &str| {
+            s.routes.get(key).is_some_and(|r| r.current.is_some())
+        };
+        for timed_add in [true, false] {
+            let what = if timed_add { "new" } else { "removed" };
+            group.bench_function(format!("one {what} route ({n} routes)"), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for i in 0..iters {
+                        let (key, bundle) = &extra[(i % 2) as usize];
+                        let start = Instant::now();
+                        send(key, KeyedUpdate::Put(bundle.clone()));
+                        runtime
+                            .block_on(status.wait_for(|s| added(s, key)))
+                            .unwrap();
+                        if timed_add {
+                            total += start.elapsed();
+                        }
+                        let start = Instant::now();
+                        send(key, KeyedUpdate::Remove);
+                        runtime
+                            .block_on(status.wait_for(|s| !s.routes.contains_key(key)))
+                            .unwrap();
+                        if !timed_add {
+                            total += start.elapsed();
+                        }
+                    }
+                    total
+                });
+            });
+        }
+        assert_eq!(fed.reloader.resolver().route_names(), n);
+    }
     group.finish();
 }
 

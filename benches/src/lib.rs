@@ -167,6 +167,9 @@ impl FedRoutes {
             .unbounded_send(Ok(bundle(default)))
             .expect("open channel");
         let n = routes.len();
+        // The initial list, announced as a watch's is (one table build at its end).
+        tx.unbounded_send(Ok(tls_source::Keyed::listing()))
+            .expect("open channel");
         for (key, bundle) in routes {
             tx.unbounded_send(Ok(tls_source::Keyed {
                 key,
@@ -174,6 +177,8 @@ impl FedRoutes {
             }))
             .expect("open channel");
         }
+        tx.unbounded_send(Ok(tls_source::Keyed::listed()))
+            .expect("open channel");
         let reloader = runtime.block_on(async {
             let reloader = Reloader::builder()
                 .crypto_provider(provider())

@@ -129,6 +129,10 @@ pub(crate) struct Cli {
     /// Only the Secrets matching this label selector, e.g. app=web
     #[arg(long, value_name = "SELECTOR", help_heading = SNI)]
     selector: Option<String>,
+    /// Listen once the default certificate is in, without waiting for the --k8s-secrets list:
+    /// the default is served to every name (with --sni-strict, to its own) until the list is in
+    #[arg(long, help_heading = SNI)]
+    ready_before_lists: bool,
 
     /// Also for this DNS name or IP address (repeatable)
     #[arg(long, value_name = "NAME", help_heading = SELF_SIGNED)]
@@ -195,6 +199,8 @@ pub(crate) struct Sni {
     pub(crate) strict: bool,
     /// The namespace and label selector of `--k8s-secrets`.
     pub(crate) secrets: Option<(String, String)>,
+    /// Ready with the default alone, before the `--k8s-secrets` list is in.
+    pub(crate) ready_before_lists: bool,
 }
 
 /// What serve runs with: the flags, checked together.
@@ -244,10 +250,14 @@ impl Args {
 impl Cli {
     /// The rules of which flags go together, with the messages serve has always given.
     fn check(self) -> Result<Args, String> {
+        if self.ready_before_lists && self.k8s_secrets.is_none() {
+            return Err("--ready-before-lists goes with --k8s-secrets".into());
+        }
         let mut sni = Sni {
             routes: self.sni,
             strict: self.sni_strict,
             secrets: None,
+            ready_before_lists: self.ready_before_lists,
         };
         match (self.k8s_secrets, self.selector) {
             (Some(namespace), selector) => {
@@ -695,6 +705,11 @@ mod tests {
             &["--ca-overlap", "1m"],
             "--ca-overlap",
             "goes with --client-ca",
+        );
+        refused(
+            &["--ready-before-lists"],
+            "--ready-before-lists",
+            "goes with --k8s-secrets",
         );
         refused(
             &["--seal-key", "/keys/seal.key"],

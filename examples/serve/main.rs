@@ -10,6 +10,7 @@
 //!                              [--seal-key PATH]... [--seal-adopt-unsealed] [--seal-served-key]
 //!                              [--sni NAME=DIR]... [--sni-strict]
 //!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
+//!                              [--ready-before-lists]
 //!                              [--ready-timeout DURATION] [--fail-fast]
 //!                              [--handshake-timeout DURATION] [--recycle-after DURATION]
 //!                              [--client-ca PATH [--ca-overlap DURATION]]
@@ -44,6 +45,9 @@
 //!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
 //! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
+//!   Connections are refused until the whole list is in (so no listed name is served the
+//!   default, or refused under `--sni-strict`, after a restart); `--ready-before-lists` listens
+//!   once the default certificate is in and serves it while the list loads.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
 //!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
@@ -140,7 +144,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
-        .sni_strict(args.sni.strict);
+        .sni_strict(args.sni.strict)
+        .ready_before_lists(args.sni.ready_before_lists);
     if let Some((path, overlap)) = &args.client_ca {
         // The client CAs: a file of their own, followed like the certificate files.
         let cas = tls_source::CaFileSource::builder(path)

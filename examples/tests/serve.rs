@@ -487,6 +487,85 @@ async fn sni_routes_from_secrets_by_label_selector() {
     assert_eq!(serve.exit_code().await, Some(0));
 }
 
+/// After a restart, an estate of 2,000 labelled Secrets with `--sni-strict` and a default
+/// certificate: a client probing listed names from the moment serve starts is refused at TCP
+/// while the list loads (serve does not listen yet), then served each name's own certificate;
+/// never the default, never a refused handshake. The API answers slowly, so the list takes a
+/// while to come in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_estate_of_2000_secrets_is_never_served_wrong_or_refused_while_its_list_loads() {
+    const N: usize = 2000;
+    let api = tls_test::KubeApi::start().await;
+    let ca = TestCa::new("estate");
+    let mut expected = Vec::with_capacity(N);
+    for i in 0..N {
+        let name = format!("host-{i}.estate.test");
+        let cert = ca.leaf(&[&name]);
+        let secret = format!("estate-{i}");
+        api.put_secret(
+            "default",
+            &secret,
+            &[
+                ("tls.crt", cert.chain_pem.as_bytes()),
+                ("tls.key", cert.key_pem.as_bytes()),
+            ],
+        );
+        api.set_label("secrets", "default", &secret, "app", "estate");
+        expected.push((name, cert.fingerprint));
+    }
+    api.set_delay(Duration::from_millis(800));
+    let dir = tempfile::tempdir().unwrap();
+    let default = ca.leaf(&["localhost"]);
+    let kube = KubeDir::new(dir.path().join("default")).unwrap();
+    write(&kube, &default);
+    let kubeconfig = kubeconfig(&api, dir.path());
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let addr: SocketAddr = listen.parse().unwrap();
+    let _serve = Command::new(example("serve"))
+        .args(["--listen", &listen, "--cert-dir"])
+        .arg(dir.path().join("default"))
+        .args([
+            "--k8s-secrets",
+            "default",
+            "--selector",
+            "app=estate",
+            "--sni-strict",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let (mut refused_at_tcp, mut served) = (0usize, 0usize);
+    let mut i = 0;
+    while served < 300 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{served} served, {refused_at_tcp} refused at TCP"
+        );
+        // Names spread over the whole list, the last ones listed included.
+        let (name, fingerprint) = &expected[(i * 7919) % N];
+        i += 1;
+        if let Err(err) = tokio::net::TcpStream::connect(addr).await {
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+            refused_at_tcp += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        let got = tls_test::served_as(addr, name).await;
+        assert_eq!(
+            got.as_ref().ok(),
+            Some(fingerprint),
+            "{name} after {served} served: {got:?}"
+        );
+        served += 1;
+    }
+    assert!(refused_at_tcp > 0, "the probe began before serve listened");
+}
+
 /// A free port on loopback (bound, then released).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

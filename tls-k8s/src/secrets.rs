@@ -201,7 +201,7 @@ impl State {
         match event {
             Ok(Event::Init) => {
                 self.listed.clear();
-                Vec::new()
+                vec![Ok(Keyed::listing())]
             }
             Ok(Event::InitApply(secret)) => {
                 let key = key_of(&secret);
@@ -217,9 +217,12 @@ impl State {
                     .filter(|k| !self.listed.contains(*k))
                     .cloned()
                     .collect();
-                gone.into_iter()
+                let mut items: Vec<Item> = gone
+                    .into_iter()
                     .filter_map(|key| self.remove(key))
-                    .collect()
+                    .collect();
+                items.push(Ok(Keyed::listed()));
+                items
             }
             Ok(Event::Delete(secret)) => self.remove(key_of(&secret)).into_iter().collect(),
             Err(err) => {

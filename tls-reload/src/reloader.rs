@@ -86,6 +86,7 @@ pub struct Builder {
     named: Vec<(String, BoxCertSource)>,
     keyed: Vec<BoxKeyedCertSource>,
     strict: bool,
+    ready_before_lists: bool,
     client_auth: Option<ClientAuth>,
     hook: Option<Arc<dyn HandshakeHook>>,
 }
@@ -111,6 +112,7 @@ impl Default for Builder {
             named: Vec::new(),
             keyed: Vec::new(),
             strict: false,
+            ready_before_lists: false,
             client_auth: None,
             hook: None,
         }
@@ -162,11 +164,31 @@ impl Builder {
     /// key's certificate is served for the DNS names it holds; a removed key removes its
     /// routes. A name claimed by a [`route`](Self::route) stays with it; between keys, the
     /// smallest key keeps a name they share. Repeatable.
+    ///
+    /// A source's routes are served once its initial list is in (it says so with
+    /// [`KeyedUpdate::Listing`](tls_source::KeyedUpdate::Listing) then `Listed`, as tls-k8s's
+    /// `SecretsSource` does; a source that does not counts as listed at its first item), and
+    /// the reloader is [ready](Reloader::ready) only then: every listed key considered,
+    /// installed or rejected (one bad key does not hold readiness back). So after a restart no
+    /// listed name is served the default certificate, or refused under strict SNI, while the
+    /// list loads; and the list is applied as one table. A source that cannot list (the API
+    /// unreachable) then keeps the reloader unready: see
+    /// [`ready_before_lists`](Self::ready_before_lists).
     pub fn routes<S>(mut self, source: S) -> Self
     where
         S: KeyedCertSource + 'static,
     {
         self.keyed.push(Box::pin(source));
+        self
+    }
+
+    /// Ready once the default certificate (and the named routes) serve, without waiting for the
+    /// keyed sources' initial lists: the default certificate is served while they load, to
+    /// every name (or, under strict SNI, to the names it covers), and each source's routes join
+    /// when its list is in. For a server that must come up while its route source cannot be
+    /// reached. Default: off (ready waits for the lists).
+    pub fn ready_before_lists(mut self, ready: bool) -> Self {
+        self.ready_before_lists = ready;
         self
     }
 
@@ -298,6 +320,7 @@ impl Builder {
             keyed: self.keyed,
             trust,
             strict: self.strict,
+            ready_before_lists: self.ready_before_lists,
         };
         let (engine, inputs, trust) = plan.start(validator);
         let server = Server {
@@ -356,6 +379,7 @@ impl fmt::Debug for Builder {
             )
             .field("keyed_sources", &self.keyed.len())
             .field("strict", &self.strict)
+            .field("ready_before_lists", &self.ready_before_lists)
             .finish_non_exhaustive()
     }
 }

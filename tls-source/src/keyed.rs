@@ -18,6 +18,18 @@ pub enum KeyedUpdate {
     /// The key's input is bad (malformed data, missing keys): a report; whatever the key served
     /// last keeps serving.
     Invalid(Error),
+    /// The source's initial state follows, and [`Listed`](Self::Listed) will say when it is
+    /// complete: every key the source holds at start put (or reported invalid). Sent first by
+    /// a source that can tell (tls-k8s's `SecretsSource`, from its watch's initial list); the
+    /// reload core is then ready, and serves the source's routes, only once it is `Listed`, so
+    /// that no listed name is served the wrong certificate (or, under strict SNI, refused)
+    /// while the list loads. A source that never sends it counts as complete at its first
+    /// item. Its key is empty ([`Keyed::listing`]).
+    Listing,
+    /// The initial state announced by [`Listing`](Self::Listing) is complete. Its key is empty
+    /// ([`Keyed::listed`]). Later `Listing`/`Listed` pairs (a relist) change nothing: routes
+    /// keep serving through them.
+    Listed,
 }
 
 /// One update from a [`KeyedCertSource`]: a key and what happened to it.
@@ -27,6 +39,24 @@ pub struct Keyed {
     pub key: String,
     /// What happened.
     pub update: KeyedUpdate,
+}
+
+impl Keyed {
+    /// A source's announcement that its initial state follows ([`KeyedUpdate::Listing`]).
+    pub fn listing() -> Self {
+        Self {
+            key: String::new(),
+            update: KeyedUpdate::Listing,
+        }
+    }
+
+    /// A source's announcement that its initial state is complete ([`KeyedUpdate::Listed`]).
+    pub fn listed() -> Self {
+        Self {
+            key: String::new(),
+            update: KeyedUpdate::Listed,
+        }
+    }
 }
 
 /// A source of many certificates, each under a key: a `Stream` of [`Keyed`] updates, or of

@@ -49,9 +49,9 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// `serve_with_incoming_shutdown(incoming, ..)` (feature `tonic`). Made by
 /// [`Reloader::incoming`] or [`Incoming::builder`].
 ///
-/// - **Nothing served before a certificate.** Until [`Reloader::ready`], each connection is
-///   accepted and closed at once (logged once, at warn level: no certificate is installed
-///   yet), so a client fails fast instead of hanging in a handshake that cannot complete
+/// - **Nothing served before a certificate.** Until [`Reloader::ready`] (a certificate
+///   installed, and every keyed source's initial list in), each connection is accepted and
+///   closed at once (logged once, at warn level), so a client fails fast instead of hanging in a handshake that cannot complete
 ///   until its own time-out. If the reloader stops before any certificate was installed,
 ///   the stream ends (and says why, at error level).
 /// - **Handshakes in parallel** (each a task of its own, on every worker thread), **each with a
@@ -444,7 +444,7 @@ where
                         if self.refused == 0 {
                             tracing::warn!(
                                 ?peer,
-                                "no certificate is installed yet: closing connections until one is"
+                                "not ready (no certificate installed, or a route list still loading): closing connections until it is"
                             );
                         }
                         self.refused += 1;

@@ -78,6 +78,8 @@ pub(crate) enum Event {
     },
     /// Readiness changed (or was first computed).
     Ready(bool),
+    /// A keyed source's initial list is in: its routes are served from now on.
+    ListComplete { source: usize, routes: usize },
     /// The static routes, at the start: their counters are recorded at 0.
     Declared { routes: Vec<Option<String>> },
 }
@@ -238,6 +240,13 @@ impl Event {
                 if m {
                     metrics::ready(*ready);
                 }
+            }
+            Self::ListComplete { source, routes } => {
+                tracing::info!(
+                    source,
+                    routes,
+                    "the keyed source's initial list is in; its routes are served"
+                );
             }
         }
     }

@@ -32,7 +32,7 @@ pub(crate) use trust::TrustSet;
 
 use crate::client_auth::TrustItem;
 
-use crate::tls::{RouteName, Slot, Table};
+use crate::tls::{RouteName, Slot, Table, TableEdits};
 use crate::{Error, Validated, Validator};
 use routes::Routes;
 
@@ -64,6 +64,8 @@ pub(crate) enum Effect {
     },
     /// The SNI table to serve from now on.
     Table(Table),
+    /// Edit the SNI table: each name to the slot that serves it now (`None`: nothing).
+    TableEdit(TableEdits),
     /// The client CAs to trust from now on; with `invalidate` (a CA left), no session from
     /// before may be resumed.
     Trust {
@@ -92,14 +94,45 @@ pub(crate) struct Engine {
     /// What the batch changed, published at its end.
     changed: Vec<RouteId>,
     removed: Vec<String>,
+    /// The SNI table is rebuilt whole at the end of the batch (at the start, when a list is in).
     table_dirty: bool,
+    /// Else, the names whose entries are edited.
+    touched: Vec<RouteName>,
     /// The keyed routes' `notAfter`s: their metrics are one series for all of them (the
     /// earliest), so that routes that come and go leave no series behind.
     keyed_expiry: std::collections::BTreeSet<(SystemTime, RouteId)>,
     /// The earliest `notAfter` of the keyed routes last recorded.
     keyed_earliest: Option<SystemTime>,
     trust_dirty: bool,
+    /// Each keyed source's initial list: until it is complete, its routes are not served and
+    /// (with `lists_gate_ready`) the engine is not ready.
+    lists: Vec<List>,
+    lists_gate_ready: bool,
     out: Vec<Effect>,
+}
+
+/// Where a keyed source is with its initial state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    /// Nothing heard yet.
+    Unheard,
+    /// It said [`KeyedUpdate::Listing`]: its initial list is coming.
+    Loading,
+    /// Its list is in (it said `Listed`, or it never announces one and sent its first item, or
+    /// it panicked).
+    Complete,
+}
+
+impl List {
+    /// What the list is after `update` from its source.
+    fn after(self, update: &KeyedUpdate) -> Self {
+        match (self, update) {
+            (Self::Complete, _) | (Self::Loading, KeyedUpdate::Listed) => Self::Complete,
+            (Self::Unheard | Self::Loading, KeyedUpdate::Listing) => Self::Loading,
+            (Self::Loading, _) => Self::Loading,
+            (Self::Unheard, _) => Self::Complete,
+        }
+    }
 }
 
 // ===== impl Engine =====
@@ -124,11 +157,58 @@ impl Engine {
             trust_error: None,
             removed: Vec::new(),
             table_dirty: true,
+            touched: Vec::new(),
             keyed_expiry: std::collections::BTreeSet::new(),
             keyed_earliest: None,
             trust_dirty: false,
+            lists: Vec::new(),
+            lists_gate_ready: true,
             out: Vec::new(),
         }
+    }
+
+    /// There are `count` keyed sources (numbered from 0): each one's routes are served once
+    /// its initial list is complete, and with `gate_ready` the engine is ready only once every
+    /// list is (else the static routes alone decide: "serve the default while the lists
+    /// load").
+    pub(crate) fn keyed_sources(&mut self, count: usize, gate_ready: bool) {
+        self.lists = vec![List::Unheard; count];
+        self.lists_gate_ready = gate_ready;
+    }
+
+    /// Names whose holder may have changed: the table is edited for them at the end of the
+    /// batch (unless it is rebuilt whole).
+    fn touch(&mut self, names: Vec<RouteName>) {
+        if !self.table_dirty {
+            self.touched.extend(names);
+        }
+    }
+
+    /// Whether every keyed source's initial list is in.
+    fn lists_complete(&self) -> bool {
+        self.lists.iter().all(|l| *l == List::Complete)
+    }
+
+    /// What keyed source `source` said, for its list.
+    fn heard(&mut self, source: usize, update: &KeyedUpdate) {
+        let Some(list) = self.lists.get_mut(source) else {
+            return;
+        };
+        let before = *list;
+        *list = before.after(update);
+        if before != List::Complete && *list == List::Complete {
+            self.list_complete(source);
+        }
+    }
+
+    /// Keyed source `source`'s list is in: its routes go into the table.
+    fn list_complete(&mut self, source: usize) {
+        if let Some(list) = self.lists.get_mut(source) {
+            *list = List::Complete;
+        }
+        self.table_dirty = true;
+        let routes = self.routes.of_source(source).len();
+        self.event(Event::ListComplete { source, routes });
     }
 
     /// The effects before any input: the empty table, the static routes in the status.
@@ -195,18 +275,22 @@ impl Engine {
         match input {
             Input::Route(id, Ok(bundle)) => self.put(id, bundle, superseded, now),
             Input::Route(id, Err(err)) => self.source_error(id, err),
-            Input::Keyed(source, Ok(Keyed { key, update })) => match update {
-                KeyedUpdate::Put(bundle) => {
-                    let id = self.routes.keyed(source, key);
-                    self.put(id, bundle, superseded, now);
+            Input::Keyed(source, Ok(Keyed { key, update })) => {
+                self.heard(source, &update);
+                match update {
+                    KeyedUpdate::Put(bundle) => {
+                        let id = self.routes.keyed(source, key);
+                        self.put(id, bundle, superseded, now);
+                    }
+                    KeyedUpdate::Invalid(err) => {
+                        let id = self.routes.keyed(source, key);
+                        self.source_error(id, err);
+                    }
+                    KeyedUpdate::Remove => self.remove_keyed(source, &key),
+                    // Listing and Listed: the list's state only (`heard`).
+                    _ => {}
                 }
-                KeyedUpdate::Invalid(err) => {
-                    let id = self.routes.keyed(source, key);
-                    self.source_error(id, err);
-                }
-                KeyedUpdate::Remove => self.remove_keyed(source, &key),
-                _ => {}
-            },
+            }
             Input::Keyed(source, Err(err)) => {
                 let error = Arc::new(Error::Source(err));
                 self.event(Event::KeyedSourceError {
@@ -344,9 +428,7 @@ impl Engine {
         if let Some(info) = &route.status.current {
             self.keyed_expiry.remove(&(info.not_after, id));
         }
-        if route.installed.is_some() {
-            self.table_dirty = true;
-        }
+        self.touch(route.served_names().to_vec());
         self.removed.push(key.to_owned());
     }
 
@@ -459,10 +541,11 @@ impl Engine {
         } else {
             Vec::new()
         };
-        if by_names && route.installed.as_ref().map(|(_, n)| n) != Some(&names) {
-            self.table_dirty = true;
-        }
-        route.installed = Some((validated.digest(), names));
+        let touched = self.routes.set_installed(id, (validated.digest(), names));
+        self.touch(touched);
+        let Some(route) = self.routes.get_mut(id) else {
+            return;
+        };
         let status = &mut route.status;
         status.generation += 1;
         status.last_error = None;
@@ -504,7 +587,13 @@ impl Engine {
     fn source_panicked(&mut self, place: Place, message: String) {
         let ids = match place {
             Place::Route(id) => vec![id],
-            Place::Keyed(source) => self.routes.of_source(source),
+            Place::Keyed(source) => {
+                // What it listed is served; it will list no more.
+                if self.lists.get(source).is_some_and(|l| *l != List::Complete) {
+                    self.list_complete(source);
+                }
+                self.routes.of_source(source)
+            }
             Place::Trust => {
                 self.trust_error = Some(Arc::new(Error::SourcePanicked {
                     route: "client CAs".to_owned(),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Effect, Engine, Event, TrustSet};
+use super::{Effect, Engine, Event, List, TrustSet};
 use crate::Error;
 use crate::status::{RouteStatus, TrustedCa};
 
@@ -23,14 +23,45 @@ pub(crate) struct Publish {
 impl Engine {
     /// The end of a batch: the SNI table if its names changed, readiness, the status.
     pub(super) fn finish(&mut self) -> Vec<Effect> {
+        // A keyed source's routes are served once its initial list is in: until then a listed
+        // name is not served half a list's view, and the list is one table build.
+        let lists = &self.lists;
+        let complete = |source: usize| lists.get(source).is_none_or(|l| *l == List::Complete);
+        let touched = std::mem::take(&mut self.touched);
         if std::mem::take(&mut self.table_dirty) {
             let mut events = Vec::new();
-            let table = self.routes.table(&mut events);
+            let table = self.routes.table(&mut events, complete);
             self.out.extend(events.into_iter().map(Effect::Event));
             self.out.push(Effect::Table(table));
+        } else if !touched.is_empty() {
+            // One change, one edit: the names it touched, each to its holder now.
+            let mut names = touched;
+            names.sort_unstable();
+            names.dedup();
+            let mut events = Vec::new();
+            let edits = names
+                .into_iter()
+                .map(|name| {
+                    let holder = self.routes.holder(&name, complete);
+                    for id in self.routes.claimants(&name) {
+                        if Some(id) != holder && self.routes.name_taken(id, &name, complete) {
+                            events.push(Event::NameTaken {
+                                route: self.routes.label(id),
+                                name: name.to_string(),
+                            });
+                        }
+                    }
+                    let slot = holder.and_then(|h| self.routes.slot(h)).cloned();
+                    (name, slot)
+                })
+                .collect();
+            self.out.extend(events.into_iter().map(Effect::Event));
+            self.out.push(Effect::TableEdit(edits));
         }
         // With client authentication, a server that trusts no CA yet refuses everyone.
-        let ready = self.routes.ready() && self.trust.as_ref().is_none_or(TrustSet::trusts_any);
+        let ready = self.routes.ready()
+            && (!self.lists_gate_ready || self.lists_complete())
+            && self.trust.as_ref().is_none_or(TrustSet::trusts_any);
         self.event(Event::Ready(ready));
         let earliest = self.keyed_expiry.first().map(|(at, _)| *at);
         if earliest != self.keyed_earliest {

@@ -2,9 +2,11 @@
 //! at build), and the keyed ones that come and go with their keys, each in a slab place that a
 //! removed route gives back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use foldhash::fast::RandomState;
 
 use tls_source::{CertBundle, Digest};
 
@@ -47,6 +49,8 @@ pub(crate) struct Route {
     /// those timers are armed.
     pub(crate) expiring_at: Option<SystemTime>,
     pub(crate) expired_at: Option<SystemTime>,
+    /// The keyed source it comes from.
+    source: Option<usize>,
 }
 
 impl Route {
@@ -79,7 +83,15 @@ impl Route {
             retry: None,
             expiring_at: None,
             expired_at: None,
+            source: None,
         }
+    }
+
+    /// The names this route serves by (its installed certificate's), if it serves by names.
+    pub(crate) fn served_names(&self) -> &[RouteName] {
+        self.installed
+            .as_ref()
+            .map_or(&[], |(_, names)| names.as_slice())
     }
 }
 
@@ -93,6 +105,11 @@ pub(crate) struct Routes {
     free: Vec<RouteId>,
     /// How many routes are static, all at the front.
     statics: usize,
+    /// Every name some route serves by, and the routes that claim it: the table is kept from
+    /// this one name at a time (the holder of a name is its best claimant, see `rank`).
+    claims: HashMap<RouteName, Vec<RouteId>, RandomState>,
+    /// How many keyed routes have a certificate installed.
+    installed_keyed: usize,
 }
 
 impl Routes {
@@ -110,11 +127,23 @@ impl Routes {
                 })
             })
             .collect();
+        let mut claims: HashMap<RouteName, Vec<RouteId>, RandomState> = HashMap::default();
+        for (id, route) in slab.iter().enumerate() {
+            if let Some(Route {
+                kind: Kind::Named(name),
+                ..
+            }) = route
+            {
+                claims.entry(name.clone()).or_default().push(id);
+            }
+        }
         Self {
             statics: slab.len(),
             slab,
             keyed: BTreeMap::new(),
             free: Vec::new(),
+            claims,
+            installed_keyed: 0,
         }
     }
 
@@ -148,11 +177,9 @@ impl Routes {
         if let Some(id) = self.keyed.get(&(source, key.clone())) {
             return *id;
         }
-        let route = Some(Route::new(
-            Kind::Keyed,
-            Some(key.clone()),
-            Some(Arc::default()),
-        ));
+        let mut route = Route::new(Kind::Keyed, Some(key.clone()), Some(Arc::default()));
+        route.source = Some(source);
+        let route = Some(route);
         // A removed route's place is reused (its timers went with it), so churn does not grow
         // the table of routes.
         let id = match self.free.pop() {
@@ -174,7 +201,119 @@ impl Routes {
         let id = self.keyed.remove(&(source, key.to_owned()))?;
         let route = self.slab[id].take()?;
         self.free.push(id);
+        self.unclaim(id, route.served_names());
+        if route.installed.is_some() {
+            self.installed_keyed -= 1;
+        }
         Some((id, route))
+    }
+
+    /// Route `id` now serves by `names` instead of what it served by: its claims follow.
+    /// Returns the names whose holder may have changed.
+    pub(crate) fn set_installed(
+        &mut self,
+        id: RouteId,
+        installed: (Digest, Vec<RouteName>),
+    ) -> Vec<RouteName> {
+        let Some(route) = self.slab.get_mut(id).and_then(Option::as_mut) else {
+            return Vec::new();
+        };
+        let keyed = matches!(route.kind, Kind::Keyed);
+        let by_names = keyed || (matches!(route.kind, Kind::Default) && route.slot.is_some());
+        let old = route.installed.replace(installed);
+        if keyed && old.is_none() {
+            self.installed_keyed += 1;
+        }
+        if !by_names {
+            return Vec::new();
+        }
+        let old = old.map(|(_, names)| names).unwrap_or_default();
+        let new = self.slab[id]
+            .as_ref()
+            .map(|r| r.served_names().to_vec())
+            .unwrap_or_default();
+        if old == new {
+            return Vec::new();
+        }
+        self.unclaim(id, &old);
+        for name in &new {
+            self.claims.entry(name.clone()).or_default().push(id);
+        }
+        let mut touched = old;
+        touched.extend(new);
+        touched
+    }
+
+    fn unclaim(&mut self, id: RouteId, names: &[RouteName]) {
+        for name in names {
+            if let Some(claimants) = self.claims.get_mut(name) {
+                claimants.retain(|c| *c != id);
+                if claimants.is_empty() {
+                    self.claims.remove(name);
+                }
+            }
+        }
+    }
+
+    /// The order in which routes claim a name: the named routes, then the keyed ones by source
+    /// and key (the smallest key keeps a name two keys share), then the default.
+    fn rank(&self, id: RouteId) -> (u8, usize, &str) {
+        match self.get(id) {
+            Some(Route {
+                kind: Kind::Named(_),
+                ..
+            }) => (0, id, ""),
+            Some(
+                route @ Route {
+                    kind: Kind::Keyed, ..
+                },
+            ) => (
+                1,
+                route.source.unwrap_or_default(),
+                route.label.as_deref().unwrap_or_default(),
+            ),
+            _ => (2, id, ""),
+        }
+    }
+
+    /// The route that serves `name`: its best claimant whose source's list is in.
+    pub(crate) fn holder(
+        &self,
+        name: &RouteName,
+        complete: impl Fn(usize) -> bool,
+    ) -> Option<RouteId> {
+        self.claims
+            .get(name)?
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.get(*id)
+                    .is_some_and(|r| r.source.is_none_or(&complete))
+            })
+            .min_by(|a, b| self.rank(*a).cmp(&self.rank(*b)))
+    }
+
+    /// The routes that claim `name`.
+    pub(crate) fn claimants(&self, name: &RouteName) -> Vec<RouteId> {
+        self.claims.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The slot route `id` is served from.
+    pub(crate) fn slot(&self, id: RouteId) -> Option<&Arc<Slot>> {
+        self.get(id)?.slot.as_ref()
+    }
+
+    /// Keyed route `id` claims `name` but another route holds it.
+    pub(crate) fn name_taken(
+        &self,
+        id: RouteId,
+        name: &RouteName,
+        complete: impl Fn(usize) -> bool,
+    ) -> bool {
+        self.get(id).is_some_and(|r| matches!(r.kind, Kind::Keyed))
+            && self
+                .holder(name, complete)
+                .is_some_and(|holder| holder != id)
     }
 
     /// The routes of keyed source `source`.
@@ -185,38 +324,27 @@ impl Routes {
             .collect()
     }
 
-    /// The SNI table: the named routes first, then each keyed route's names, then (under strict
-    /// SNI) the default's (a name already taken stays with the route that took it; between
-    /// keyed routes that is reported in `events`).
-    pub(crate) fn table(&self, events: &mut Vec<Event>) -> Table {
+    /// The SNI table: each claimed name with its holder (a name taken by a better claimant is
+    /// reported in `events` for the keyed route that lost it).
+    pub(crate) fn table(&self, events: &mut Vec<Event>, complete: impl Fn(usize) -> bool) -> Table {
         let mut table = Table::default();
-        for route in self.slab[..self.statics].iter().flatten() {
-            if let (Kind::Named(name), Some(slot)) = (&route.kind, &route.slot) {
-                table.insert(name, slot);
-            }
-        }
-        for id in self.keyed.values() {
-            let Some((route, slot)) = self.slab[*id]
-                .as_ref()
-                .and_then(|r| Some((r, r.slot.as_ref()?)))
-            else {
+        for (name, claimants) in &self.claims {
+            let Some(holder) = self.holder(name, &complete) else {
                 continue;
             };
-            for name in route.installed.iter().flat_map(|(_, names)| names) {
-                if !table.insert(name, slot) {
+            if let Some(slot) = self.slot(holder) {
+                table.set(name, Some(slot));
+            }
+            for id in claimants {
+                let Some(route) = self.get(*id) else { continue };
+                if *id != holder
+                    && matches!(route.kind, Kind::Keyed)
+                    && route.source.is_none_or(&complete)
+                {
                     events.push(Event::NameTaken {
                         route: route.label.clone(),
                         name: name.to_string(),
                     });
-                }
-            }
-        }
-        for route in self.slab[..self.statics].iter().flatten() {
-            if let (Kind::Default, Some(slot), Some((_, names))) =
-                (&route.kind, &route.slot, &route.installed)
-            {
-                for name in names {
-                    table.insert(name, slot);
                 }
             }
         }
@@ -227,7 +355,7 @@ impl Routes {
     pub(crate) fn ready(&self) -> bool {
         let statics = &self.slab[..self.statics];
         if statics.is_empty() {
-            self.slab.iter().flatten().any(|r| r.installed.is_some())
+            self.installed_keyed > 0
         } else {
             statics.iter().flatten().all(|r| r.installed.is_some())
         }

@@ -308,27 +308,21 @@ fn named_routes_are_checked_for_their_name_and_all_must_be_in_for_ready() {
 #[test]
 fn keyed_routes_come_and_go_with_their_keys() {
     let mut engine = Engine::new(validator(), Vec::new(), None);
-    engine.start();
-    let effects = engine.batch(
-        vec![keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com")))],
-        t0(),
-    );
-    let table = effects.iter().find_map(|e| match e {
-        Effect::Table(table) => Some(table),
-        _ => None,
-    });
-    assert_eq!(table.map(Table::len), Some(1), "its one name");
+    let mut served = Table::default();
+    apply_table(&mut served, &engine.start());
+    let a = bundle("a.example.com");
+    let effects = engine.batch(vec![keyed("ns/a", KeyedUpdate::Put(a.clone()))], t0());
+    apply_table(&mut served, &effects);
+    assert_eq!(served.len(), 1, "its one name");
+    assert_eq!(served_for(&served, "a.example.com"), Some(fingerprint(&a)));
     assert_eq!(status(&effects, Some("ns/a")).names, ["a.example.com"]);
     assert!(publish(&effects).ready);
 
     let effects = engine.batch(vec![keyed("ns/a", KeyedUpdate::Remove)], t0());
     assert_eq!(cancelled(&effects), [Due::Expiring(0), Due::Expired(0)]);
     assert_eq!(publish(&effects).removed, ["ns/a"]);
-    assert!(
-        effects
-            .iter()
-            .any(|e| matches!(e, Effect::Table(t) if t.len() == 0))
-    );
+    apply_table(&mut served, &effects);
+    assert_eq!(served.len(), 0);
     assert!(!publish(&effects).ready);
 }
 
@@ -455,4 +449,229 @@ fn a_client_identity_must_bring_the_roots_it_trusts_servers_with() {
     );
     let effects = engine.batch(vec![route(0, with_roots.clone())], t0());
     assert_eq!(installs(&effects), [fingerprint(&with_roots)]);
+}
+
+/// The table a batch's effects install, if one.
+fn table(effects: &[Effect]) -> Option<&Table> {
+    effects.iter().find_map(|e| match e {
+        Effect::Table(table) => Some(table),
+        _ => None,
+    })
+}
+
+/// An engine serving a default certificate, with one keyed source whose list gates readiness
+/// (`gate`), or not.
+fn listing_engine(gate: bool) -> Engine {
+    let mut engine = Engine::new(validator(), vec![Kind::Default], None);
+    engine.keyed_sources(1, gate);
+    engine.serve_default_by_name();
+    engine.start();
+    engine
+}
+
+#[test]
+fn a_listing_source_is_served_and_ready_only_once_its_list_is_in() {
+    let mut engine = listing_engine(true);
+    let mut served = Table::default();
+    let effects = engine.batch(vec![route(0, bundle("localhost"))], t0());
+    apply_table(&mut served, &effects);
+    assert!(!publish(&effects).ready, "the list is not in yet");
+    let effects = engine.batch(
+        vec![
+            keyed("", KeyedUpdate::Listing),
+            keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
+        ],
+        t0(),
+    );
+    assert!(!publish(&effects).ready);
+    assert_eq!(
+        installs(&effects).len(),
+        1,
+        "checked and stored as it comes"
+    );
+    apply_table(&mut served, &effects);
+    assert_eq!(
+        served_for(&served, "a.example.com"),
+        None,
+        "but not served before the list is in"
+    );
+    // One bad key among the list: reported, and it does not hold readiness back.
+    let bad = valid("b.example.com", t0() - 30 * DAY, t0() - DAY);
+    let effects = engine.batch(
+        vec![
+            keyed("ns/b", KeyedUpdate::Put(bad)),
+            keyed("", KeyedUpdate::Listed),
+        ],
+        t0(),
+    );
+    assert!(publish(&effects).ready, "every listed key considered");
+    assert!(table(&effects).is_some(), "the whole list in one table");
+    apply_table(&mut served, &effects);
+    assert!(served_for(&served, "a.example.com").is_some());
+    assert!(
+        served_for(&served, "localhost").is_some(),
+        "the default by its names"
+    );
+    assert!(status(&effects, Some("ns/b")).last_error.is_some());
+    // A relist changes nothing: no table, still ready.
+    let effects = engine.batch(
+        vec![
+            keyed("", KeyedUpdate::Listing),
+            keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
+        ],
+        t0(),
+    );
+    assert!(publish(&effects).ready);
+    assert!(table(&effects).is_none(), "{effects:?}");
+}
+
+#[test]
+fn a_source_that_never_lists_counts_as_listed_at_its_first_item() {
+    let mut engine = listing_engine(true);
+    let mut served = Table::default();
+    apply_table(
+        &mut served,
+        &engine.batch(vec![route(0, bundle("localhost"))], t0()),
+    );
+    let effects = engine.batch(
+        vec![keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com")))],
+        t0(),
+    );
+    assert!(publish(&effects).ready);
+    apply_table(&mut served, &effects);
+    assert!(served_for(&served, "a.example.com").is_some());
+}
+
+#[test]
+fn a_source_that_has_said_nothing_keeps_the_engine_unready_unless_told_otherwise() {
+    let mut waiting = listing_engine(true);
+    let effects = waiting.batch(vec![route(0, bundle("localhost"))], t0());
+    assert!(!publish(&effects).ready, "the route source is unheard of");
+    let mut serving = listing_engine(false);
+    let mut served = Table::default();
+    let effects = serving.batch(vec![route(0, bundle("localhost"))], t0());
+    apply_table(&mut served, &effects);
+    assert!(
+        publish(&effects).ready,
+        "ready before the lists: the default serves"
+    );
+    assert!(served_for(&served, "localhost").is_some());
+    let effects = serving.batch(
+        vec![
+            keyed("", KeyedUpdate::Listing),
+            keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
+        ],
+        t0(),
+    );
+    assert!(publish(&effects).ready);
+    apply_table(&mut served, &effects);
+    assert_eq!(
+        served_for(&served, "a.example.com"),
+        None,
+        "the routes join when their list is in"
+    );
+    let effects = serving.batch(vec![keyed("", KeyedUpdate::Listed)], t0());
+    apply_table(&mut served, &effects);
+    assert!(served_for(&served, "a.example.com").is_some());
+}
+
+#[test]
+fn a_source_that_panics_while_listing_has_its_listed_routes_served() {
+    let mut engine = listing_engine(true);
+    let mut served = Table::default();
+    let effects = engine.batch(
+        vec![
+            route(0, bundle("localhost")),
+            keyed("", KeyedUpdate::Listing),
+            keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
+        ],
+        t0(),
+    );
+    apply_table(&mut served, &effects);
+    let effects = engine.batch(
+        vec![Input::Panicked(Place::Keyed(0), "boom".to_owned())],
+        t0(),
+    );
+    assert!(publish(&effects).ready);
+    apply_table(&mut served, &effects);
+    assert!(served_for(&served, "a.example.com").is_some());
+}
+
+/// What a resolver would serve after `effects`: the table replaced or edited, and each
+/// certificate stored into its slot.
+fn apply_table(served: &mut Table, effects: &[Effect]) {
+    for effect in effects {
+        match effect {
+            Effect::Install {
+                slot: Some(slot),
+                validated,
+            } => slot.store(Some(Arc::clone(validated.certified_key()))),
+            Effect::Table(table) => *served = table.clone(),
+            Effect::TableEdit(edits) => served.edit(edits),
+            _ => {}
+        }
+    }
+}
+
+fn served_for(table: &Table, name: &str) -> Option<String> {
+    table
+        .lookup(name)
+        .map(|key| tls_source::Digest::of(&key.cert[0]).to_string())
+}
+
+#[test]
+fn a_change_edits_only_its_names_and_a_shared_name_goes_to_the_smallest_key() {
+    let mut engine = Engine::new(validator(), Vec::new(), None);
+    let mut served = Table::default();
+    apply_table(&mut served, &engine.start());
+    let (a, b) = (bundle("x.example.com"), bundle("x.example.com"));
+    let only_b = bundle("y.example.com");
+    let effects = engine.batch(
+        vec![
+            keyed("ns/b", KeyedUpdate::Put(b.clone())),
+            keyed("ns/c", KeyedUpdate::Put(only_b.clone())),
+        ],
+        t0(),
+    );
+    apply_table(&mut served, &effects);
+    assert_eq!(served_for(&served, "x.example.com"), Some(fingerprint(&b)));
+    // A smaller key claims the same name: it takes it, with an edit of that one name, and the
+    // key that lost it is told.
+    let effects = engine.batch(vec![keyed("ns/a", KeyedUpdate::Put(a.clone()))], t0());
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Table(_))),
+        "no rebuild for one change"
+    );
+    let edited: Vec<String> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::TableEdit(edits) => Some(edits.iter().map(|(n, _)| n.to_string())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(edited, ["x.example.com"]);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Event(Event::NameTaken { route: Some(r), .. }) if r == "ns/b"
+    )));
+    apply_table(&mut served, &effects);
+    assert_eq!(served_for(&served, "x.example.com"), Some(fingerprint(&a)));
+    assert_eq!(
+        served_for(&served, "y.example.com"),
+        Some(fingerprint(&only_b))
+    );
+    // It goes: the name passes back to the next claimant.
+    let effects = engine.batch(vec![keyed("ns/a", KeyedUpdate::Remove)], t0());
+    apply_table(&mut served, &effects);
+    assert_eq!(served_for(&served, "x.example.com"), Some(fingerprint(&b)));
+    // A rotation to other names: the old name is no longer served by it.
+    let moved = bundle("z.example.com");
+    let effects = engine.batch(vec![keyed("ns/c", KeyedUpdate::Put(moved.clone()))], t0());
+    apply_table(&mut served, &effects);
+    assert_eq!(served_for(&served, "y.example.com"), None);
+    assert_eq!(
+        served_for(&served, "z.example.com"),
+        Some(fingerprint(&moved))
+    );
 }

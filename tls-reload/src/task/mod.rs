@@ -38,6 +38,8 @@ pub(crate) trait Apply {
     fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated);
     /// Serve from this SNI table.
     fn table(&mut self, table: Table);
+    /// Edit the SNI table served: each name to its slot now (`None`: removed).
+    fn table_edit(&mut self, edits: &[(RouteName, Option<Arc<Slot>>)]);
     /// Trust these client CAs.
     fn trust(&mut self, roots: &[CertificateDer<'static>], invalidate: bool);
     /// Show the batch's status changes.
@@ -80,6 +82,8 @@ pub(crate) struct Plan {
     pub(crate) trust: Option<(TrustSet, TrustConfig, Option<BoxStream<'static, TrustItem>>)>,
     /// Strict SNI: the default certificate is served by its names only, like a route.
     pub(crate) strict: bool,
+    /// Ready once the static routes serve, without waiting for the keyed sources' lists.
+    pub(crate) ready_before_lists: bool,
 }
 
 /// The server's effects: the resolver and the status.
@@ -104,6 +108,7 @@ impl Plan {
             inputs.route(statics.len(), source);
             statics.push(Kind::Named(name));
         }
+        let keyed = self.keyed.len();
         for (index, source) in self.keyed.into_iter().enumerate() {
             inputs.keyed(index, source);
         }
@@ -117,6 +122,7 @@ impl Plan {
             None => (None, None),
         };
         let mut engine = Engine::new(validator, statics, set);
+        engine.keyed_sources(keyed, !self.ready_before_lists);
         if self.strict {
             engine.serve_default_by_name();
         }
@@ -142,6 +148,12 @@ impl Apply for Server {
     fn table(&mut self, table: Table) {
         if let Some(resolver) = self.resolver.upgrade() {
             resolver.store_table(table);
+        }
+    }
+
+    fn table_edit(&mut self, edits: &[(RouteName, Option<Arc<Slot>>)]) {
+        if let Some(resolver) = self.resolver.upgrade() {
+            resolver.edit_table(edits);
         }
     }
 
@@ -251,6 +263,7 @@ fn apply_all<A: Apply>(
         match effect {
             Effect::Install { slot, validated } => apply.install(slot.as_ref(), &validated),
             Effect::Table(table) => apply.table(table),
+            Effect::TableEdit(edits) => apply.table_edit(&edits),
             Effect::Trust { roots, invalidate } => apply.trust(&roots, invalidate),
             Effect::Publish(publish) => apply.publish(publish),
             Effect::Arm(due, at) => timers.arm(due, at, clock),

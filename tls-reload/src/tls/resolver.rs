@@ -2,15 +2,15 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
-use super::{Slot, Table};
+use super::{RouteName, Slot, Table, TableEdits};
 
 /// The rustls certificate resolver that serves whatever the [`Reloader`](crate::Reloader)
 /// installed last: by SNI when it has routes, else (or for an unknown or missing name) the
@@ -41,6 +41,8 @@ pub struct CertResolver {
     id: u64,
     /// The SNI routes; empty without routes.
     table: ArcSwap<Table>,
+    /// The table before the last edit and the edits it lacks: the next edit's starting point.
+    spare: Mutex<Option<(Arc<Table>, TableEdits)>>,
     /// `None` without SNI routes: the single-certificate path skips the table.
     sni: Option<Sni>,
     /// Cancelled when the last resolver is dropped: the reload task then ends.
@@ -113,6 +115,7 @@ impl CertResolver {
             generation: AtomicU64::new(0),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             table: ArcSwap::from_pointee(Table::default()),
+            spare: Mutex::new(None),
             sni: routes.then_some(Sni { strict }),
             gone,
         }
@@ -127,7 +130,31 @@ impl CertResolver {
 
     /// Installs a new SNI table (the reload task only).
     pub(crate) fn store_table(&self, table: Table) {
+        // The spare starts as a copy: the next edit costs the edit, not a copy of the table.
+        let spare = Arc::new(table.clone());
         self.table.store(Arc::new(table));
+        *self.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some((spare, Vec::new()));
+    }
+
+    /// Edits the SNI table in proportion to the change, while lookups stay wait-free: the
+    /// edits go into the previous table (kept aside as the spare, brought up to date with the
+    /// edits it missed) once no lookup holds it any more, and it is swapped in; only if a
+    /// lookup still holds it is the current table copied instead.
+    pub(crate) fn edit_table(&self, edits: &[(RouteName, Option<Arc<Slot>>)]) {
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next = match spare.take() {
+            Some((table, missed)) => match Arc::try_unwrap(table) {
+                Ok(mut table) => {
+                    table.edit(&missed);
+                    table
+                }
+                Err(_) => Table::clone(&self.table.load()),
+            },
+            None => Table::clone(&self.table.load()),
+        };
+        next.edit(edits);
+        let previous = self.table.swap(Arc::new(next));
+        *spare = Some((previous, edits.to_vec()));
     }
 
     /// The default certificate served now, if any: what `resolve` returns for a handshake no

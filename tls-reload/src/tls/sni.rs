@@ -74,31 +74,48 @@ impl std::fmt::Display for RouteName {
     }
 }
 
-/// Exact names and wildcard suffixes to slots. Rebuilt by the reload task when the set of
-/// names changes; a rotation of an existing route only stores into its slot.
+/// Edits of the table: each name to the slot that serves it now (`None`: nothing).
+pub(crate) type TableEdits = Vec<(RouteName, Option<Arc<Slot>>)>;
+
+/// Exact names and wildcard suffixes to slots. Built whole when a route list is in, edited one
+/// name at a time when a route's names change (see `CertResolver::edit_table`); a rotation of an
+/// existing route only stores into its slot.
 ///
 /// Hashed with foldhash (seeded per process): the standard `SipHash` would be a third of a
 /// lookup, and only the reload task inserts, from validated certificates, so lookups of
 /// untrusted names cannot be steered into collisions.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Table {
     exact: HashMap<Box<str>, Arc<Slot>, RandomState>,
     wildcard: HashMap<Box<str>, Arc<Slot>, RandomState>,
 }
 
 impl Table {
-    /// Adds `name` → `slot` unless the name is taken (the first route to claim a name keeps it).
-    /// Returns whether it was added.
-    pub(crate) fn insert(&mut self, name: &RouteName, slot: &Arc<Slot>) -> bool {
+    /// Serves `name` from `slot`, or (`None`) no more.
+    pub(crate) fn set(&mut self, name: &RouteName, slot: Option<&Arc<Slot>>) {
         let (map, key) = match name {
             RouteName::Exact(name) => (&mut self.exact, name),
             RouteName::Wildcard(suffix) => (&mut self.wildcard, suffix),
         };
-        if map.contains_key(key.as_str()) {
-            return false;
+        match slot {
+            Some(slot) => {
+                if let Some(held) = map.get_mut(key.as_str()) {
+                    *held = Arc::clone(slot);
+                } else {
+                    map.insert(key.as_str().into(), Arc::clone(slot));
+                }
+            }
+            None => {
+                map.remove(key.as_str());
+            }
         }
-        map.insert(key.as_str().into(), Arc::clone(slot));
-        true
+    }
+
+    /// Applies `edits` in order.
+    pub(crate) fn edit(&mut self, edits: &[(RouteName, Option<Arc<Slot>>)]) {
+        for (name, slot) in edits {
+            self.set(name, slot.as_ref());
+        }
     }
 
     /// The certificate for `server_name`: an exact route, else a wildcard covering its first
