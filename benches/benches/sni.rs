@@ -76,7 +76,15 @@ fn apply(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
     let mut group = c.benchmark_group("sni_apply");
     for n in [1_000, 10_000, 50_000] {
         let fed = FedRoutes::start(runtime, default, sni_bundles(n * 9 / 10, n / 10));
-        let extra = sni_bundles(2, 0);
+        // Keys and names of their own: a new route, not a rotation of a listed one.
+        let extra: Vec<(String, tls_source::CertBundle)> = (0..2)
+            .map(|i| {
+                (
+                    format!("bench/extra-{i}"),
+                    sni_bundle(&format!("extra{i}.example.com")),
+                )
+            })
+            .collect();
         let key = "bench/route-432".to_owned();
         // The same name, new certificates: a rotation, which stores into the route's slot.
         let rotate = [
