@@ -133,7 +133,12 @@ async fn a_byte_flipped_in_a_sealed_value_is_refused_reported_not_replaced_and_t
         &[("ca.crt", crt.as_slice()), ("ca.key", good.as_slice())],
     );
     leader(&[&a, &b]).await;
-    assert_eq!(*a.access.borrow(), StateAccess::Open);
+    for replica in [&a, &b] {
+        tls_test::wait_for(replica.access.clone(), "the state opens again", |access| {
+            *access == StateAccess::Open
+        })
+        .await;
+    }
     assert_eq!(converged(&api, &[&a, &b]).await, leaf);
 }
 

@@ -159,23 +159,34 @@ impl Writer {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut retry: Option<Instant> = None;
         let mut keys = KeyCheck::new(&*self.seal);
+        /// What woke the writer while it does not lead.
+        enum Wake {
+            /// It leads this Lease round.
+            Lead(u64),
+            /// What is sealed changed, or a failed read is due again: look at it.
+            Probe,
+            /// Nothing to do (the key files did not change).
+            Nothing,
+        }
         loop {
             let open = *self.access.borrow() == StateAccess::Open;
             // The branches only say what woke it (a `watch::Ref` is not held across an await).
-            let probe = tokio::select! {
+            let wake = tokio::select! {
                 () = token.cancelled() => break,
                 lead = leadership.wait_for(|l| l.leading), if open => match lead {
-                    Ok(lead) => Err(lead.round),
+                    Ok(lead) => Wake::Lead(lead.round),
                     Err(_) => break,
                 },
-                Some(()) = probes.next() => Ok(true),
-                () = sleep_until(retry) => Ok(true),
-                _ = keys.tick() => Ok(keys.changed(&*self.seal)),
+                Some(()) = probes.next() => Wake::Probe,
+                () = sleep_until(retry) => Wake::Probe,
+                _ = keys.tick() => {
+                    if keys.changed(&*self.seal) { Wake::Probe } else { Wake::Nothing }
+                }
             };
-            match probe {
-                Ok(true) => retry = self.probe(&mut backoff).await,
-                Ok(false) => {}
-                Err(round) => self.lead(round, &mut leadership, &token).await,
+            match wake {
+                Wake::Probe => retry = self.probe(&mut backoff).await,
+                Wake::Nothing => {}
+                Wake::Lead(round) => self.lead(round, &mut leadership, &token).await,
             }
         }
         lease.stop().await;
