@@ -139,6 +139,9 @@ async fn failover(timing: Timing, runs: usize) -> (Vec<Duration>, Vec<Duration>)
             .position(|r| r.leadership.borrow().leading)
             .expect("a leader");
         let old = replicas.remove(at);
+        // Killed, as a pod is: its API link cut first, so it cannot release its Lease (a stop
+        // alone releases it, and the failover would measure a release, not an expiry).
+        old.endpoint.partition(tls_test::Link::Reset);
         old.reloader.stop();
         let _ = old.reloader.stopped().await;
         let killed = Instant::now();
