@@ -460,7 +460,7 @@ impl Apply for Client {
 
     fn table(&mut self, _table: Table) {}
 
-    fn table_edit(&mut self, _edits: &[(crate::tls::RouteName, Option<Arc<crate::tls::Slot>>)]) {}
+    fn table_edit(&mut self, _edits: &[crate::tls::TableEdit]) {}
 
     fn trust(&mut self, _roots: &[CertificateDer<'static>], _invalidate: bool) {}
 

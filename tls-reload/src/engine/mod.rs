@@ -32,7 +32,7 @@ pub(crate) use trust::TrustSet;
 
 use crate::client_auth::TrustItem;
 
-use crate::tls::{RouteName, Slot, Table, TableEdits};
+use crate::tls::{RouteName, Slot, Table, TableEdit};
 use crate::{Error, Validated, Validator};
 use routes::Routes;
 
@@ -65,7 +65,7 @@ pub(crate) enum Effect {
     /// The SNI table to serve from now on.
     Table(Table),
     /// Edit the SNI table: each name to the slot that serves it now (`None`: nothing).
-    TableEdit(TableEdits),
+    TableEdit(Vec<TableEdit>),
     /// The client CAs to trust from now on; with `invalidate` (a CA left), no session from
     /// before may be resumed.
     Trust {
@@ -526,14 +526,7 @@ impl Engine {
         }
         route.expiring_at = expiring_at;
         route.expired_at = expired_at;
-        // Routes served by their certificate's names: keyed ones, and the default under strict
-        // SNI (it has a slot then).
-        let by_names = match route.kind {
-            Kind::Keyed => true,
-            Kind::Default => route.slot.is_some(),
-            Kind::Named(_) | Kind::Client(_) => false,
-        };
-        let names: Vec<RouteName> = if by_names {
+        let names: Vec<RouteName> = if route.by_names() {
             info.dns_names
                 .iter()
                 .filter_map(|n| RouteName::parse(n).ok())

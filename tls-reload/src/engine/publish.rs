@@ -42,16 +42,7 @@ impl Engine {
             let edits = names
                 .into_iter()
                 .map(|name| {
-                    let holder = self.routes.holder(&name, complete);
-                    for id in self.routes.claimants(&name) {
-                        if Some(id) != holder && self.routes.name_taken(id, &name, complete) {
-                            events.push(Event::NameTaken {
-                                route: self.routes.label(id),
-                                name: name.to_string(),
-                            });
-                        }
-                    }
-                    let slot = holder.and_then(|h| self.routes.slot(h)).cloned();
+                    let slot = self.routes.serve(&name, complete, &mut events);
                     (name, slot)
                 })
                 .collect();

@@ -87,6 +87,16 @@ impl Route {
         }
     }
 
+    /// Whether the route is served by its certificate's names: keyed ones, and the default
+    /// under strict SNI (it has a slot then).
+    pub(crate) fn by_names(&self) -> bool {
+        match self.kind {
+            Kind::Keyed => true,
+            Kind::Default => self.slot.is_some(),
+            Kind::Named(_) | Kind::Client(_) => false,
+        }
+    }
+
     /// The names this route serves by (its installed certificate's), if it serves by names.
     pub(crate) fn served_names(&self) -> &[RouteName] {
         self.installed
@@ -218,20 +228,15 @@ impl Routes {
         let Some(route) = self.slab.get_mut(id).and_then(Option::as_mut) else {
             return Vec::new();
         };
-        let keyed = matches!(route.kind, Kind::Keyed);
-        let by_names = keyed || (matches!(route.kind, Kind::Default) && route.slot.is_some());
+        let new = installed.1.clone();
         let old = route.installed.replace(installed);
-        if keyed && old.is_none() {
+        if matches!(route.kind, Kind::Keyed) && old.is_none() {
             self.installed_keyed += 1;
         }
-        if !by_names {
+        if !route.by_names() {
             return Vec::new();
         }
         let old = old.map(|(_, names)| names).unwrap_or_default();
-        let new = self.slab[id]
-            .as_ref()
-            .map(|r| r.served_names().to_vec())
-            .unwrap_or_default();
         if old == new {
             return Vec::new();
         }
@@ -293,27 +298,33 @@ impl Routes {
             .min_by(|a, b| self.rank(*a).cmp(&self.rank(*b)))
     }
 
-    /// The routes that claim `name`.
-    pub(crate) fn claimants(&self, name: &RouteName) -> Vec<RouteId> {
-        self.claims.get(name).cloned().unwrap_or_default()
-    }
-
     /// The slot route `id` is served from.
     pub(crate) fn slot(&self, id: RouteId) -> Option<&Arc<Slot>> {
         self.get(id)?.slot.as_ref()
     }
 
-    /// Keyed route `id` claims `name` but another route holds it.
-    pub(crate) fn name_taken(
+    /// The slot that serves `name` now (its holder's), reporting in `events` each keyed route
+    /// whose list is in that claims it and lost it to a better claimant.
+    pub(crate) fn serve(
         &self,
-        id: RouteId,
         name: &RouteName,
         complete: impl Fn(usize) -> bool,
-    ) -> bool {
-        self.get(id).is_some_and(|r| matches!(r.kind, Kind::Keyed))
-            && self
-                .holder(name, complete)
-                .is_some_and(|holder| holder != id)
+        events: &mut Vec<Event>,
+    ) -> Option<Arc<Slot>> {
+        let holder = self.holder(name, &complete)?;
+        for id in self.claims.get(name).into_iter().flatten() {
+            let Some(route) = self.get(*id) else { continue };
+            if *id != holder
+                && matches!(route.kind, Kind::Keyed)
+                && route.source.is_none_or(&complete)
+            {
+                events.push(Event::NameTaken {
+                    route: route.label.clone(),
+                    name: name.to_string(),
+                });
+            }
+        }
+        self.slot(holder).cloned()
     }
 
     /// The routes of keyed source `source`.
@@ -328,24 +339,9 @@ impl Routes {
     /// reported in `events` for the keyed route that lost it).
     pub(crate) fn table(&self, events: &mut Vec<Event>, complete: impl Fn(usize) -> bool) -> Table {
         let mut table = Table::default();
-        for (name, claimants) in &self.claims {
-            let Some(holder) = self.holder(name, &complete) else {
-                continue;
-            };
-            if let Some(slot) = self.slot(holder) {
-                table.set(name, Some(slot));
-            }
-            for id in claimants {
-                let Some(route) = self.get(*id) else { continue };
-                if *id != holder
-                    && matches!(route.kind, Kind::Keyed)
-                    && route.source.is_none_or(&complete)
-                {
-                    events.push(Event::NameTaken {
-                        route: route.label.clone(),
-                        name: name.to_string(),
-                    });
-                }
+        for name in self.claims.keys() {
+            if let Some(slot) = self.serve(name, &complete, events) {
+                table.set(name, Some(&slot));
             }
         }
         table

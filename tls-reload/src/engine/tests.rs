@@ -478,7 +478,7 @@ fn a_listing_source_is_served_and_ready_only_once_its_list_is_in() {
     assert!(!publish(&effects).ready, "the list is not in yet");
     let effects = engine.batch(
         vec![
-            keyed("", KeyedUpdate::Listing),
+            Input::Keyed(0, Ok(Keyed::listing())),
             keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
         ],
         t0(),
@@ -500,7 +500,7 @@ fn a_listing_source_is_served_and_ready_only_once_its_list_is_in() {
     let effects = engine.batch(
         vec![
             keyed("ns/b", KeyedUpdate::Put(bad)),
-            keyed("", KeyedUpdate::Listed),
+            Input::Keyed(0, Ok(Keyed::listed())),
         ],
         t0(),
     );
@@ -516,7 +516,7 @@ fn a_listing_source_is_served_and_ready_only_once_its_list_is_in() {
     // A relist changes nothing: no table, still ready.
     let effects = engine.batch(
         vec![
-            keyed("", KeyedUpdate::Listing),
+            Input::Keyed(0, Ok(Keyed::listing())),
             keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
         ],
         t0(),
@@ -558,7 +558,7 @@ fn a_source_that_has_said_nothing_keeps_the_engine_unready_unless_told_otherwise
     assert!(served_for(&served, "localhost").is_some());
     let effects = serving.batch(
         vec![
-            keyed("", KeyedUpdate::Listing),
+            Input::Keyed(0, Ok(Keyed::listing())),
             keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
         ],
         t0(),
@@ -570,7 +570,7 @@ fn a_source_that_has_said_nothing_keeps_the_engine_unready_unless_told_otherwise
         None,
         "the routes join when their list is in"
     );
-    let effects = serving.batch(vec![keyed("", KeyedUpdate::Listed)], t0());
+    let effects = serving.batch(vec![Input::Keyed(0, Ok(Keyed::listed()))], t0());
     apply_table(&mut served, &effects);
     assert!(served_for(&served, "a.example.com").is_some());
 }
@@ -582,7 +582,7 @@ fn a_source_that_panics_while_listing_has_its_listed_routes_served() {
     let effects = engine.batch(
         vec![
             route(0, bundle("localhost")),
-            keyed("", KeyedUpdate::Listing),
+            Input::Keyed(0, Ok(Keyed::listing())),
             keyed("ns/a", KeyedUpdate::Put(bundle("a.example.com"))),
         ],
         t0(),

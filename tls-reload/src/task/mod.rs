@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client_auth::{TrustConfig, TrustItem};
 use crate::engine::{Effect, Engine, Input, Kind, Place, Publish, TrustSet};
 use crate::status::Ended;
-use crate::tls::{CertResolver, RouteName, Slot, Table};
+use crate::tls::{CertResolver, RouteName, Slot, Table, TableEdit};
 use crate::{Status, Validated, Validator};
 pub(crate) use timers::Timers;
 #[cfg(feature = "accept")]
@@ -39,7 +39,7 @@ pub(crate) trait Apply {
     /// Serve from this SNI table.
     fn table(&mut self, table: Table);
     /// Edit the SNI table served: each name to its slot now (`None`: removed).
-    fn table_edit(&mut self, edits: &[(RouteName, Option<Arc<Slot>>)]);
+    fn table_edit(&mut self, edits: &[TableEdit]);
     /// Trust these client CAs.
     fn trust(&mut self, roots: &[CertificateDer<'static>], invalidate: bool);
     /// Show the batch's status changes.
@@ -151,7 +151,7 @@ impl Apply for Server {
         }
     }
 
-    fn table_edit(&mut self, edits: &[(RouteName, Option<Arc<Slot>>)]) {
+    fn table_edit(&mut self, edits: &[TableEdit]) {
         if let Some(resolver) = self.resolver.upgrade() {
             resolver.edit_table(edits);
         }

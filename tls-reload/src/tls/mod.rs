@@ -18,7 +18,7 @@ use tls_source::CertBundle;
 
 pub(crate) use client_auth::mtls_server_config;
 pub use resolver::{CertResolver, HandshakeHook};
-pub(crate) use sni::{RouteName, Slot, Table, TableEdits};
+pub(crate) use sni::{RouteName, Slot, Table, TableEdit};
 
 use crate::{Error, Purpose};
 

@@ -10,7 +10,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
-use super::{RouteName, Slot, Table, TableEdits};
+use super::{Slot, Table, TableEdit};
 
 /// The rustls certificate resolver that serves whatever the [`Reloader`](crate::Reloader)
 /// installed last: by SNI when it has routes, else (or for an unknown or missing name) the
@@ -42,7 +42,7 @@ pub struct CertResolver {
     /// The SNI routes; empty without routes.
     table: ArcSwap<Table>,
     /// The table before the last edit and the edits it lacks: the next edit's starting point.
-    spare: Mutex<Option<(Arc<Table>, TableEdits)>>,
+    spare: Mutex<Option<(Arc<Table>, Vec<TableEdit>)>>,
     /// `None` without SNI routes: the single-certificate path skips the table.
     sni: Option<Sni>,
     /// Cancelled when the last resolver is dropped: the reload task then ends.
@@ -140,7 +140,7 @@ impl CertResolver {
     /// edits go into the previous table (kept aside as the spare, brought up to date with the
     /// edits it missed) once no lookup holds it any more, and it is swapped in; only if a
     /// lookup still holds it is the current table copied instead.
-    pub(crate) fn edit_table(&self, edits: &[(RouteName, Option<Arc<Slot>>)]) {
+    pub(crate) fn edit_table(&self, edits: &[TableEdit]) {
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = match spare.take() {
             Some((table, missed)) => match Arc::try_unwrap(table) {

@@ -74,8 +74,8 @@ impl std::fmt::Display for RouteName {
     }
 }
 
-/// Edits of the table: each name to the slot that serves it now (`None`: nothing).
-pub(crate) type TableEdits = Vec<(RouteName, Option<Arc<Slot>>)>;
+/// An edit of the table: a name to the slot that serves it now (`None`: nothing).
+pub(crate) type TableEdit = (RouteName, Option<Arc<Slot>>);
 
 /// Exact names and wildcard suffixes to slots. Built whole when a route list is in, edited one
 /// name at a time when a route's names change (see `CertResolver::edit_table`); a rotation of an
@@ -112,7 +112,7 @@ impl Table {
     }
 
     /// Applies `edits` in order.
-    pub(crate) fn edit(&mut self, edits: &[(RouteName, Option<Arc<Slot>>)]) {
+    pub(crate) fn edit(&mut self, edits: &[TableEdit]) {
         for (name, slot) in edits {
             self.set(name, slot.as_ref());
         }
