@@ -153,9 +153,16 @@ impl Writer {
 
     pub(crate) async fn run(self: Arc<Self>, lease: LeaseHandle, token: CancellationToken) {
         let mut leadership = lease.leadership();
-        // What is sealed is checked before campaigning, again on every change of it and when
-        // the key files change; a failed read is retried with backoff.
-        let mut probes = self.state_changes();
+        // What is sealed (the CA Secret; the TLS Secret when its key is sealed) is checked
+        // before campaigning, again on every change of it and when the key files change; a
+        // failed read is retried with backoff. With nothing sealed there is nothing to open,
+        // and this replica may always lead.
+        let sealed = self.watched(self.tls_sealed != Sealed::Nothing);
+        let anything_sealed = !sealed.is_empty();
+        if !anything_sealed {
+            self.set_access(StateAccess::Open);
+        }
+        let mut probes = futures::stream::select_all(sealed);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut retry: Option<Instant> = None;
         let mut keys = KeyCheck::new(&*self.seal);
@@ -177,7 +184,7 @@ impl Writer {
                     Ok(lead) => Wake::Lead(lead.round),
                     Err(_) => break,
                 },
-                Some(()) = probes.next() => Wake::Probe,
+                Some(()) = probes.next(), if anything_sealed => Wake::Probe,
                 () = sleep_until(retry) => Wake::Probe,
                 _ = keys.tick() => {
                     if keys.changed(&*self.seal) { Wake::Probe } else { Wake::Nothing }
@@ -192,22 +199,12 @@ impl Writer {
         lease.stop().await;
     }
 
-    /// Changes of what is sealed (the CA Secret; the TLS Secret when its key is sealed), each
-    /// stream's first event being the state as listed; `None` when nothing is sealed, and this
-    /// replica can always lead.
-    fn state_changes(&self) -> BoxStream<'static, ()> {
-        let mut streams = Vec::new();
-        if self.tls_sealed != Sealed::Nothing {
-            streams.push(self.watch(&self.tls));
-        }
-        if let Some((secret, _)) = &self.ca {
-            streams.push(self.watch(secret));
-        }
-        if streams.is_empty() {
-            self.set_access(StateAccess::Open);
-            return futures::stream::pending().boxed();
-        }
-        futures::stream::select_all(streams).boxed()
+    /// The Secrets this writer watches, each a stream whose first event is the state as
+    /// listed: the TLS Secret (`with_tls`) and the CA Secret in CA mode.
+    fn watched(&self, with_tls: bool) -> Vec<BoxStream<'static, ()>> {
+        let tls = with_tls.then(|| self.watch(&self.tls));
+        let ca = self.ca.as_ref().map(|(secret, _)| self.watch(secret));
+        tls.into_iter().chain(ca).collect()
     }
 
     /// Reads what is sealed and tries to open it: whether this replica may lead. Returns when
@@ -381,10 +378,7 @@ impl Writer {
 
     /// Changes of the TLS Secret and the CA Secret, for the leader to check again.
     fn changes(&self) -> BoxStream<'static, ()> {
-        let mut streams = vec![self.watch(&self.tls)];
-        if let Some((secret, _)) = &self.ca {
-            streams.push(self.watch(secret));
-        }
+        let streams = self.watched(true);
         // The first event of each is the state as listed: skipped, the first step reads it.
         let listed = streams.len();
         futures::stream::select_all(streams).skip(listed).boxed()
