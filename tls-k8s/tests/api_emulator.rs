@@ -272,3 +272,68 @@ async fn racing_creates_of_one_name_make_exactly_one_object() {
         assert_eq!(created, 1, "{name}: one object");
     }
 }
+
+/// A list in pages (`limit`, `continue`), as kube's watcher asks for it (500 a page): every
+/// page comes from the snapshot of the first, so a write between pages is not in the list
+/// (the watch from the list's resourceVersion brings it), and a token from before a
+/// compaction answers 410 Expired, as the API server's does.
+#[tokio::test]
+async fn a_list_in_pages_is_one_snapshot_and_an_expired_token_is_410() {
+    let emulator = KubeApi::start().await;
+    let api: Api<Secret> = Api::namespaced(common::client(&emulator), "default");
+    for i in 0..5 {
+        api.create(&PostParams::default(), &secret(&format!("s{i}"), "1"))
+            .await
+            .unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(first.items.len(), 2);
+    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    let rv = first.metadata.resource_version.clone();
+    // Written after the first page: not in this list.
+    api.delete("s4", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &secret("s5", "1"))
+        .await
+        .unwrap();
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(second.metadata.resource_version, rv, "the same snapshot");
+    let third = api
+        .list(
+            &ListParams::default()
+                .limit(2)
+                .continue_token(second.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert!(third.metadata.continue_.as_deref().unwrap_or("").is_empty());
+    let names: Vec<String> = [first, second, third]
+        .into_iter()
+        .flat_map(|page| page.items)
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    assert_eq!(names, ["s0", "s1", "s2", "s3", "s4"]);
+
+    // Without a limit: one page, no token.
+    let all = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(all.items.len(), 5);
+    assert!(all.metadata.continue_.as_deref().unwrap_or("").is_empty());
+
+    let page = api.list(&ListParams::default().limit(1)).await.unwrap();
+    api.create(&PostParams::default(), &secret("s6", "1"))
+        .await
+        .unwrap();
+    emulator.compact();
+    let expired = api
+        .list(
+            &ListParams::default()
+                .limit(1)
+                .continue_token(page.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(expired), 410);
+}

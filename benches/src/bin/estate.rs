@@ -58,7 +58,7 @@ fn emulator(n: usize) {
     let ca = TestCa::new("estate");
     let mut bytes = 0usize;
     for i in 0..n {
-        let cert = ca.leaf(&[&host(i)]);
+        let cert = leaf(&ca, i);
         bytes += cert.cert_der.len() + cert.key_der.len();
         put(&api, i, &cert, true);
     }
@@ -73,7 +73,7 @@ fn emulator(n: usize) {
         let i: usize = i.parse().expect("an index");
         let (fingerprint, at) = match command {
             "rotate" | "add" => {
-                let cert = ca.leaf(&[&host(i)]);
+                let cert = leaf(&ca, i);
                 let rv = put(&api, i, &cert, command == "add");
                 (cert.fingerprint, api.written_at(rv).expect("written"))
             }
@@ -85,7 +85,7 @@ fn emulator(n: usize) {
                 api.compact();
                 api.close_watches();
                 let at = SystemTime::now();
-                let cert = ca.leaf(&[&host(i)]);
+                let cert = leaf(&ca, i);
                 put(&api, i, &cert, false);
                 (cert.fingerprint, at)
             }
@@ -94,6 +94,17 @@ fn emulator(n: usize) {
         println!("done {fingerprint} {}", unix_nanos(at));
         std::io::stdout().flush().expect("stdout");
     }
+}
+
+/// A leaf for host `i`, valid for 90 days as an ACME CA's (a shorter one would be inside the
+/// expiry-warning window, and every route would log a warning).
+fn leaf(ca: &TestCa, i: usize) -> TestCert {
+    let now = SystemTime::now();
+    ca.leaf_valid(
+        &[&host(i)],
+        now - Duration::from_secs(3600),
+        now + Duration::from_secs(90 * 86400),
+    )
 }
 
 /// Writes Secret `i` with `cert` (labelled when `new`); returns the resourceVersion at which it
@@ -197,6 +208,23 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The CPU time (user and system) the process has used.
+fn cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name in parentheses: utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|t| t.parse::<u64>().ok()))
+        .sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -247,6 +275,7 @@ struct Figures {
     list: Duration,
     list_bytes: usize,
     ready: Duration,
+    ready_cpu: Duration,
     rss_kib: u64,
     material: usize,
     rotate: Duration,
@@ -319,6 +348,7 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
     let (server, start) = start_serve(serve, &emulator, metrics);
     until_listening(server.addr).await;
     let ready = start.elapsed();
+    let ready_cpu = cpu(server.child.id());
     // Every name probed is served its own certificate from the first handshake (the probe of
     // the names themselves is the test's job; here: that the estate is in).
     let status_start = Instant::now();
@@ -397,6 +427,7 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
         list: median(lists),
         list_bytes,
         ready,
+        ready_cpu,
         rss_kib,
         material: emulator.material,
         rotate: median(rotate),
@@ -414,7 +445,7 @@ fn report(f: &Figures, empty_rss: u64, metrics: bool) {
     let per_route = beyond_empty / f.n.max(1) as u64;
     let material = f.material / f.n.max(1);
     println!(
-        "N={} metrics={}: list (plain HTTP, {:.1} MB) {}, ready {} ({:.2}x the list); RSS {} KiB \
+        "N={} metrics={}: list (plain HTTP, {:.1} MB) {}, ready {} ({:.2}x the list; CPU {}); RSS {} KiB \
          ({} bytes a route beyond an empty estate's {} KiB; {} of them certificate and key DER, \
          {} beyond); rotate {}, add {}, delete {}; relist until served {} ({} of {} probes of \
          other names served wrong); status page {}",
@@ -424,6 +455,7 @@ fn report(f: &Figures, empty_rss: u64, metrics: bool) {
         ms(f.list),
         ms(f.ready),
         f.ready.as_secs_f64() / f.list.as_secs_f64().max(1e-9),
+        ms(f.ready_cpu),
         f.rss_kib,
         per_route,
         empty_rss,

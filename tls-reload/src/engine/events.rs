@@ -12,13 +12,17 @@ use tls_source::clock::Rfc3339;
 /// Something that happened to a route or to the trust, for the log and the metrics.
 #[derive(Debug, Clone)]
 pub(crate) enum Event {
-    /// A certificate was installed (its status says whether it expires soon).
+    /// A certificate was installed (its status says whether it expires soon). `listing`: a
+    /// keyed route installed while its source's initial list loads, logged at debug (the
+    /// list's [`ListComplete`](Self::ListComplete) counts them; tens of thousands of lines at
+    /// every start would bury what matters).
     Installed {
         route: Option<String>,
         info: CertInfo,
         generation: u64,
         expiring: bool,
         keyed: bool,
+        listing: bool,
     },
     /// A bundle was dropped unchecked: a newer one for its route came in the same batch.
     Superseded { origin: Origin },
@@ -78,8 +82,15 @@ pub(crate) enum Event {
     },
     /// Readiness changed (or was first computed).
     Ready(bool),
-    /// A keyed source's initial list is in: its routes are served from now on.
-    ListComplete { source: usize, routes: usize },
+    /// A keyed source's initial list is in: its routes are served from now on (`routes`:
+    /// its keys; `serving`: those with a certificate; `refused`: those without one, whose
+    /// input was refused).
+    ListComplete {
+        source: usize,
+        routes: usize,
+        serving: usize,
+        refused: usize,
+    },
     /// The static routes, at the start: their counters are recorded at 0.
     Declared { routes: Vec<Option<String>> },
 }
@@ -109,8 +120,13 @@ impl Event {
                 generation,
                 expiring,
                 keyed,
+                listing,
             } => {
-                cert_event!(info, info, route, generation, "certificate installed");
+                if *listing {
+                    cert_event!(debug, info, route, generation, "certificate installed");
+                } else {
+                    cert_event!(info, info, route, generation, "certificate installed");
+                }
                 if *expiring {
                     cert_event!(warn, info, route, "installed certificate expires soon");
                 }
@@ -241,10 +257,17 @@ impl Event {
                     metrics::ready(*ready);
                 }
             }
-            Self::ListComplete { source, routes } => {
+            Self::ListComplete {
+                source,
+                routes,
+                serving,
+                refused,
+            } => {
                 tracing::info!(
                     source,
                     routes,
+                    serving,
+                    refused,
                     "the keyed source's initial list is in; its routes are served"
                 );
             }

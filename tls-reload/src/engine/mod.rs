@@ -11,6 +11,7 @@
 mod events;
 mod input;
 mod publish;
+mod ahead;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ use crate::client_auth::TrustItem;
 
 use crate::tls::{RouteName, Slot, Table, TableEdit};
 use crate::{Error, Validated, Validator};
+use ahead::Ahead;
 use routes::Routes;
 
 /// A route's place in the engine: static routes first (in the order given to
@@ -207,8 +209,23 @@ impl Engine {
             *list = List::Complete;
         }
         self.table_dirty = true;
-        let routes = self.routes.of_source(source).len();
-        self.event(Event::ListComplete { source, routes });
+        let routes = self.routes.of_source(source);
+        let serving = routes
+            .iter()
+            .filter_map(|id| self.routes.get(*id))
+            .filter(|r| r.installed.is_some())
+            .count();
+        let refused = routes
+            .iter()
+            .filter_map(|id| self.routes.get(*id))
+            .filter(|r| r.installed.is_none() && r.status.last_error.is_some())
+            .count();
+        self.event(Event::ListComplete {
+            source,
+            routes: routes.len(),
+            serving,
+            refused,
+        });
     }
 
     /// The effects before any input: the empty table, the static routes in the status.
@@ -230,8 +247,17 @@ impl Engine {
     /// considered (latest wins), and anything newer for a route cancels its pending retry.
     pub(crate) fn batch(&mut self, batch: Vec<Input>, now: SystemTime) -> Vec<Effect> {
         let superseded = input::superseded(&batch);
+        // The keyed bundles the engine would check (new material for its route), checked
+        // ahead on every core; the rest in place.
+        let ahead = ahead::check(
+            &self.validator,
+            &batch,
+            |i, source, keyed| !superseded[i] && self.routes.is_new(source, keyed),
+            now,
+        );
+        let mut ahead = ahead.into_iter();
         for (input, superseded) in batch.into_iter().zip(superseded) {
-            self.input(input, superseded, now);
+            self.input(input, superseded, ahead.next().flatten(), now);
         }
         self.finish()
     }
@@ -256,7 +282,7 @@ impl Engine {
                     }),
                 ) => (self.routes.keyed(source, key), bundle),
                 other => {
-                    self.input(other, false, fallback);
+                    self.input(other, false, None, fallback);
                     continue;
                 }
             };
@@ -271,16 +297,16 @@ impl Engine {
         self.finish()
     }
 
-    fn input(&mut self, input: Input, superseded: bool, now: SystemTime) {
+    fn input(&mut self, input: Input, superseded: bool, ahead: Ahead, now: SystemTime) {
         match input {
-            Input::Route(id, Ok(bundle)) => self.put(id, bundle, superseded, now),
+            Input::Route(id, Ok(bundle)) => self.put(id, bundle, superseded, None, now),
             Input::Route(id, Err(err)) => self.source_error(id, err),
             Input::Keyed(source, Ok(Keyed { key, update })) => {
                 self.heard(source, &update);
                 match update {
                     KeyedUpdate::Put(bundle) => {
                         let id = self.routes.keyed(source, key);
-                        self.put(id, bundle, superseded, now);
+                        self.put(id, bundle, superseded, ahead, now);
                     }
                     KeyedUpdate::Invalid(err) => {
                         let id = self.routes.keyed(source, key);
@@ -332,7 +358,7 @@ impl Engine {
         match due {
             Due::Retry(id) => {
                 if let Some((_, bundle)) = self.routes.get_mut(id).and_then(|r| r.retry.take()) {
-                    self.consider(id, bundle, now);
+                    self.consider(id, bundle, None, now);
                 }
             }
             Due::Expiring(id) => self.expiring(id),
@@ -385,13 +411,21 @@ impl Engine {
         self.changed.push(id);
     }
 
-    fn put(&mut self, id: RouteId, bundle: CertBundle, superseded: bool, now: SystemTime) {
+    /// `ahead`: the bundle's check, when it was done ahead ([`ahead::check`]).
+    fn put(
+        &mut self,
+        id: RouteId,
+        bundle: CertBundle,
+        superseded: bool,
+        ahead: Ahead,
+        now: SystemTime,
+    ) {
         self.cancel_retry(id);
         if superseded {
             let origin = bundle.origin().clone();
             self.event(Event::Superseded { origin });
         } else {
-            self.consider(id, bundle, now);
+            self.consider(id, bundle, ahead, now);
         }
     }
 
@@ -433,7 +467,7 @@ impl Engine {
     }
 
     /// Validates a bundle for its route and installs it, or records why not.
-    fn consider(&mut self, id: RouteId, bundle: CertBundle, now: SystemTime) {
+    fn consider(&mut self, id: RouteId, bundle: CertBundle, ahead: Ahead, now: SystemTime) {
         let client_ca = self.trust.as_ref().is_some_and(TrustSet::is_the_bundles);
         let Some(route) = self.routes.get_mut(id) else {
             return;
@@ -455,15 +489,17 @@ impl Engine {
         let route = &*route;
         // Checking changes nothing, so a panic in it (a parser's) is contained here: the input
         // is rejected and every route, timer and status stays as it was.
-        let checked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            #[cfg(feature = "__test-hooks")]
-            crate::hooks::before_check(&bundle);
-            self.validator
-                .validate_as(&bundle, &route.rule(client_ca), now)
-        }))
-        .unwrap_or_else(|panic| {
-            let message = panic_message(panic.as_ref());
-            Err(internal(route.label.as_deref(), &bundle, message))
+        let checked = ahead.unwrap_or_else(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                #[cfg(feature = "__test-hooks")]
+                crate::hooks::before_check(&bundle);
+                self.validator
+                    .validate_as(&bundle, &route.rule(client_ca), now)
+            }))
+            .unwrap_or_else(|panic| {
+                let message = panic_message(panic.as_ref());
+                Err(internal(route.label.as_deref(), &bundle, message))
+            })
         });
         match checked {
             Ok(validated) => self.install(id, validated, now),
@@ -539,6 +575,9 @@ impl Engine {
         let Some(route) = self.routes.get_mut(id) else {
             return;
         };
+        let listing = route
+            .source()
+            .is_some_and(|s| self.lists.get(s).is_some_and(|l| *l != List::Complete));
         let status = &mut route.status;
         status.generation += 1;
         status.last_error = None;
@@ -560,6 +599,7 @@ impl Engine {
             generation: status.generation,
             expiring: status.expiring,
             keyed,
+            listing,
         };
         status.current = Some(info);
         let default = matches!(route.kind, Kind::Default);

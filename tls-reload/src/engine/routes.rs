@@ -97,6 +97,11 @@ impl Route {
         }
     }
 
+    /// The keyed source the route comes from (`None`: a static route).
+    pub(crate) fn source(&self) -> Option<usize> {
+        self.source
+    }
+
     /// The names this route serves by (its installed certificate's), if it serves by names.
     pub(crate) fn served_names(&self) -> &[RouteName] {
         self.installed
@@ -204,6 +209,19 @@ impl Routes {
         };
         self.keyed.insert((source, key), id);
         id
+    }
+
+    /// Whether `keyed` (a put) brings material its route does not serve: a new key, or a
+    /// digest other than the installed one.
+    pub(crate) fn is_new(&self, source: usize, keyed: &tls_source::Keyed) -> bool {
+        let tls_source::KeyedUpdate::Put(bundle) = &keyed.update else {
+            return false;
+        };
+        self.keyed
+            .get(&(source, keyed.key.clone()))
+            .and_then(|id| self.get(*id))
+            .and_then(|r| r.installed.as_ref())
+            .is_none_or(|(digest, _)| *digest != bundle.digest())
     }
 
     /// Removes the keyed route for `key`, if there is one.

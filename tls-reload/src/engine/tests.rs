@@ -675,3 +675,64 @@ fn a_change_edits_only_its_names_and_a_shared_name_goes_to_the_smallest_key() {
         Some(fingerprint(&moved))
     );
 }
+
+/// A batch of many keyed bundles is checked ahead on every core (`ahead`): what is installed,
+/// refused and published is what checking them one by one gives, in the batch's order, and
+/// material a route already serves is not installed again.
+#[test]
+fn a_large_batch_checked_ahead_installs_and_refuses_as_one_by_one() {
+    const KEYS: usize = 40;
+    let ca = TestCa::new("ahead");
+    let bundles: Vec<CertBundle> = (0..KEYS)
+        .map(|i| {
+            let name = format!("h{i}.example.com");
+            if i % 10 == 3 {
+                // Expired: refused.
+                bundle_of(
+                    &ca.leaf_valid(&[&name], t0() - 30 * DAY, t0() - DAY),
+                    None,
+                )
+            } else {
+                bundle_of(
+                    &ca.leaf_valid(&[&name], t0() - DAY, t0() + 30 * DAY),
+                    None,
+                )
+            }
+        })
+        .collect();
+    let batch = |bundles: &[CertBundle]| -> Vec<Input> {
+        bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| keyed(&format!("ns/{i}"), KeyedUpdate::Put(b.clone())))
+            .collect()
+    };
+    let mut ahead = Engine::new(validator(), Vec::new(), None);
+    ahead.start();
+    let together = ahead.batch(batch(&bundles), t0());
+    let mut alone = Engine::new(validator(), Vec::new(), None);
+    alone.start();
+    let mut one_by_one = Vec::new();
+    for input in batch(&bundles) {
+        one_by_one.extend(alone.batch(vec![input], t0()));
+    }
+    let expected: Vec<String> = bundles
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 10 != 3)
+        .map(|(_, b)| fingerprint(b))
+        .collect();
+    assert_eq!(installs(&together), expected, "in the batch's order");
+    assert_eq!(installs(&one_by_one), expected);
+    for i in (3..KEYS).step_by(10) {
+        let label = format!("ns/{i}");
+        assert!(matches!(
+            error_of(status(&together, Some(&label))),
+            Error::Expired { .. }
+        ));
+    }
+    assert_eq!(status(&together, Some("ns/0")).generation, 1);
+    // The same list again (a relist): nothing is installed anew.
+    let again = ahead.batch(batch(&bundles), t0());
+    assert!(installs(&again).is_empty(), "{again:?}");
+}

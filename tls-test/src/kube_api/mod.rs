@@ -4,7 +4,9 @@
 //! Speaks enough of the real API for `kube::Client` and `kube::runtime::watcher` to run
 //! unchanged against it (an ordinary `kube::Config` with its URL):
 //! - core/v1 `secrets` and coordination.k8s.io/v1 `leases`, namespaced and across namespaces;
-//! - get; list (with `resourceVersion` in the list metadata); watch streams of JSON events
+//! - get; list (with `resourceVersion` in the list metadata), in pages with `limit` and
+//!   `continue` as the API server pages it (each page from the snapshot of the first; a token
+//!   older than a compaction answers 410 Expired); watch streams of JSON events
 //!   (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`), resumable from a `resourceVersion`,
 //!   filtered by `fieldSelector` (`metadata.name`, `metadata.namespace`) and `labelSelector`
 //!   (`k=v`, `k==v`, `k!=v`, `k`, `!k`), ended after `timeoutSeconds`;

@@ -70,7 +70,23 @@ pub(super) struct Store {
     pub(super) oldest: u64,
     /// When each write (by its resourceVersion) was stored, on the wall clock.
     pub(super) written: Vec<(u64, std::time::SystemTime)>,
+    /// The rest of each list served in pages (`limit`), by its `continue` token: the objects as
+    /// they were at the list's resourceVersion, as etcd's snapshot is.
+    pub(super) pages: BTreeMap<u64, Page>,
+    /// The last `continue` token handed out.
+    pub(super) last_page: u64,
 }
+
+/// What a `continue` token resumes: the list's resourceVersion and the objects not yet sent.
+#[derive(Debug)]
+pub(super) struct Page {
+    pub(super) rv: u64,
+    pub(super) rest: VecDeque<Value>,
+}
+
+/// How many unfinished paged lists are kept; a client that abandons more loses the oldest
+/// (410 on its `continue`, as after a compaction).
+pub(super) const MAX_PAGED_LISTS: usize = 64;
 
 #[derive(Debug, Default)]
 pub(super) struct Faults {

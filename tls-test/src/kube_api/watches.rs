@@ -25,26 +25,67 @@ pub(super) fn list(
     namespace: Option<&str>,
     params: &BTreeMap<String, String>,
 ) -> Response {
-    let filter = Filter::new(
-        namespace.map(str::to_owned),
-        params,
-        shared.ignores_selectors(),
-    );
-    let state = shared.lock();
-    let items: Vec<Value> = state
-        .objects
-        .iter()
-        .filter(|(k, _)| k.0 == resource)
-        .map(|(_, v)| v.clone())
-        .filter(|o| filter.matches(o))
-        .collect();
+    let limit = params
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let mut state = shared.lock();
+    let (rv, mut rest) = match params.get("continue").filter(|c| !c.is_empty()) {
+        // The rest of a paged list, from the snapshot taken at its first page. Like the API
+        // server, a token older than the compacted history is refused: 410, list again.
+        Some(token) => {
+            let page = token.parse().ok().and_then(|t| state.pages.remove(&t));
+            match page {
+                Some(page) if page.rv + 1 >= state.oldest => (page.rv, page.rest),
+                _ => {
+                    shared.gone.fetch_add(1, Ordering::Relaxed);
+                    return status(
+                        StatusCode::GONE,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent \
+                         list result. You can start a new list without the continue parameter.",
+                    );
+                }
+            }
+        }
+        None => {
+            let filter = Filter::new(
+                namespace.map(str::to_owned),
+                params,
+                shared.ignores_selectors(),
+            );
+            let items: std::collections::VecDeque<Value> = state
+                .objects
+                .iter()
+                .filter(|(k, _)| k.0 == resource)
+                .map(|(_, v)| v)
+                .filter(|o| filter.matches(o))
+                .cloned()
+                .collect();
+            (state.rv, items)
+        }
+    };
+    let take = limit.unwrap_or(rest.len()).min(rest.len());
+    let items: Vec<Value> = rest.drain(..take).collect();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if !rest.is_empty() {
+        state.last_page += 1;
+        let token = state.last_page;
+        metadata["continue"] = Value::String(token.to_string());
+        metadata["remainingItemCount"] = rest.len().into();
+        state.pages.insert(token, Page { rv, rest });
+        while state.pages.len() > MAX_PAGED_LISTS {
+            state.pages.pop_first();
+        }
+    }
+    drop(state);
     let (kind, api_version) = kind_of(resource);
     ok(
         StatusCode::OK,
         &json!({
             "kind": format!("{kind}List"),
             "apiVersion": api_version,
-            "metadata": {"resourceVersion": state.rv.to_string()},
+            "metadata": metadata,
             "items": items,
         }),
     )
