@@ -149,6 +149,15 @@ fn apply(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
                 });
             });
         }
+        // What a status reader holds the watch for: a copy of the whole status (serve's status
+        // page takes one per request), and one route's status read in place.
+        let reader = fed.reloader.status();
+        group.bench_function(format!("status snapshot ({n} routes)"), |b| {
+            b.iter(|| reader.borrow().clone());
+        });
+        group.bench_function(format!("one route's status ({n} routes)"), |b| {
+            b.iter(|| reader.borrow().routes.get(key.as_str()).cloned());
+        });
         assert_eq!(fed.reloader.resolver().route_names(), n);
     }
     group.finish();

@@ -112,15 +112,25 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
     api.compact();
     let label = format!("default/estate-{changed}");
     let status = tls_test::wait_for(reloader.status(), "the relist's rotation", |s| {
-        s.routes[&label].current.as_ref().map(|c| c.fingerprint_sha256.as_str())
+        s.routes[&label]
+            .current
+            .as_ref()
+            .map(|c| c.fingerprint_sha256.as_str())
             == Some(rotated.fingerprint.as_str())
     })
     .await;
     stop.store(true, Ordering::SeqCst);
     prober.await.unwrap();
-    assert!(api.answered_gone() >= 1, "the watch was answered 410 and listed again");
+    assert!(
+        api.answered_gone() >= 1,
+        "the watch was answered 410 and listed again"
+    );
     assert!(probes.load(Ordering::SeqCst) > 0);
-    assert_eq!(wrong.load(Ordering::SeqCst), 0, "a name served wrong or refused");
+    assert_eq!(
+        wrong.load(Ordering::SeqCst),
+        0,
+        "a name served wrong or refused"
+    );
     assert_eq!(status.routes.len(), SECRETS);
     let reinstalled: Vec<&String> = status
         .routes
@@ -128,7 +138,11 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
         .filter(|(key, r)| *key != &label && r.generation != 1)
         .map(|(key, _)| key)
         .collect();
-    assert!(reinstalled.is_empty(), "{} routes reinstalled", reinstalled.len());
+    assert!(
+        reinstalled.is_empty(),
+        "{} routes reinstalled",
+        reinstalled.len()
+    );
     assert_eq!(status.routes[&label].generation, 2);
     assert_eq!(
         tls_test::served_as(addr, &host(changed)).await.unwrap(),

@@ -78,7 +78,10 @@ fn emulator(n: usize) {
                 (cert.fingerprint, api.written_at(rv).expect("written"))
             }
             "delete" => {
-                assert!(api.delete("secrets", NAMESPACE, &secret(i)), "scale-{i} exists");
+                assert!(
+                    api.delete("secrets", NAMESPACE, &secret(i)),
+                    "scale-{i} exists"
+                );
                 ("-".to_owned(), SystemTime::now())
             }
             "relist" => {
@@ -266,7 +269,10 @@ async fn served_after(
         if tls_test::served_as(addr, name).await.ok().as_deref() == Some(fingerprint) {
             return SystemTime::now().duration_since(since).unwrap_or_default();
         }
-        assert!(Instant::now() < deadline, "{name} never served {fingerprint}");
+        assert!(
+            Instant::now() < deadline,
+            "{name} never served {fingerprint}"
+        );
     }
 }
 
@@ -486,7 +492,10 @@ fn main() {
         match arg.as_str() {
             "--serve" => serve = PathBuf::from(args.next().expect("--serve PATH")),
             "--changes" => {
-                changes = args.next().and_then(|k| k.parse().ok()).expect("--changes K");
+                changes = args
+                    .next()
+                    .and_then(|k| k.parse().ok())
+                    .expect("--changes K");
             }
             "--metrics" => metrics = true,
             n => sizes.push(n.parse().expect("N: a number of Secrets")),

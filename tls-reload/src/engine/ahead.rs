@@ -50,10 +50,7 @@ pub(crate) fn check(
                         ..
                     },
                 ),
-            ) if wanted(i, *source, keyed) =>
-            {
-                Some((i, keyed, bundle))
-            }
+            ) if wanted(i, *source, keyed) => Some((i, keyed, bundle)),
             _ => None,
         })
         .collect();

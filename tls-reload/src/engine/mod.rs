@@ -8,10 +8,10 @@
 //! The one ordering rule: a batch's status is published last, after its installs and its
 //! table, so that a status never says a certificate is in before the resolver serves it.
 
+mod ahead;
 mod events;
 mod input;
 mod publish;
-mod ahead;
 mod routes;
 #[cfg(test)]
 mod tests;

@@ -688,15 +688,9 @@ fn a_large_batch_checked_ahead_installs_and_refuses_as_one_by_one() {
             let name = format!("h{i}.example.com");
             if i % 10 == 3 {
                 // Expired: refused.
-                bundle_of(
-                    &ca.leaf_valid(&[&name], t0() - 30 * DAY, t0() - DAY),
-                    None,
-                )
+                bundle_of(&ca.leaf_valid(&[&name], t0() - 30 * DAY, t0() - DAY), None)
             } else {
-                bundle_of(
-                    &ca.leaf_valid(&[&name], t0() - DAY, t0() + 30 * DAY),
-                    None,
-                )
+                bundle_of(&ca.leaf_valid(&[&name], t0() - DAY, t0() + 30 * DAY), None)
             }
         })
         .collect();
