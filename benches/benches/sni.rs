@@ -107,11 +107,13 @@ fn apply(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     turn += 1;
-                    let generation = status.borrow_and_update().routes[&key].generation;
+                    let generation = status.borrow_and_update().routes[key.as_str()].generation;
                     let start = Instant::now();
                     send(&key, KeyedUpdate::Put(rotate[turn % 2].clone()));
                     runtime
-                        .block_on(status.wait_for(|s| s.routes[&key].generation > generation))
+                        .block_on(
+                            status.wait_for(|s| s.routes[key.as_str()].generation > generation),
+                        )
                         .unwrap();
                     total += start.elapsed();
                 }
@@ -139,7 +141,7 @@ fn apply(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
                         let start = Instant::now();
                         send(key, KeyedUpdate::Remove);
                         runtime
-                            .block_on(status.wait_for(|s| !s.routes.contains_key(key)))
+                            .block_on(status.wait_for(|s| !s.routes.contains_key(key.as_str())))
                             .unwrap();
                         if !timed_add {
                             total += start.elapsed();

@@ -112,7 +112,7 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
     api.compact();
     let label = format!("default/estate-{changed}");
     let status = tls_test::wait_for(reloader.status(), "the relist's rotation", |s| {
-        s.routes[&label]
+        s.routes[label.as_str()]
             .current
             .as_ref()
             .map(|c| c.fingerprint_sha256.as_str())
@@ -132,10 +132,10 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
         "a name served wrong or refused"
     );
     assert_eq!(status.routes.len(), SECRETS);
-    let reinstalled: Vec<&String> = status
+    let reinstalled: Vec<&Arc<str>> = status
         .routes
         .iter()
-        .filter(|(key, r)| *key != &label && r.generation != 1)
+        .filter(|(key, r)| ***key != *label && r.generation != 1)
         .map(|(key, _)| key)
         .collect();
     assert!(
@@ -143,7 +143,7 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
         "{} routes reinstalled",
         reinstalled.len()
     );
-    assert_eq!(status.routes[&label].generation, 2);
+    assert_eq!(status.routes[label.as_str()].generation, 2);
     assert_eq!(
         tls_test::served_as(addr, &host(changed)).await.unwrap(),
         rotated.fingerprint

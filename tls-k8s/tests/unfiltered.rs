@@ -84,7 +84,7 @@ async fn secrets_by_selector_serve_only_what_the_selector_selects() {
         s.routes.len() == 2 && s.routes.values().all(|r| r.current.is_some())
     })
     .await;
-    let keys: Vec<&str> = status.routes.keys().map(String::as_str).collect();
+    let keys: Vec<&str> = status.routes.keys().map(|k| &**k).collect();
     assert_eq!(keys, ["default/prod", "default/staging"]);
     let server = TestServer::start(reloader.resolver()).await;
     for (name, cert) in [("prod", &prod), ("staging", &staging)] {

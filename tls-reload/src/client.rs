@@ -104,7 +104,7 @@ struct Parts {
 #[non_exhaustive]
 pub struct ClientStatus {
     /// The client certificate presented now; `None` until the first is installed.
-    pub current: Option<CertInfo>,
+    pub current: Option<Arc<CertInfo>>,
     /// How many identities have been installed.
     pub generation: u64,
     /// The last rejected bundle or source error since the last install.
@@ -474,9 +474,9 @@ impl Apply for Client {
             else {
                 return false;
             };
-            s.current = route.current;
+            s.current.clone_from(&route.current);
             s.generation = route.generation;
-            s.last_error = route.last_error;
+            s.last_error.clone_from(&route.last_error);
             s.expiring = route.expiring;
             s.expired = route.expired;
             s.stopped = route.stopped;

@@ -24,6 +24,15 @@ fn ips(info: &CertInfo) -> Vec<String> {
     info.ip_addresses.iter().map(ToString::to_string).collect()
 }
 
+/// The routes by label, each as [`RouteStatus`] serializes.
+struct Routes<'a>(&'a std::collections::BTreeMap<Arc<str>, Arc<RouteStatus>>);
+
+impl Serialize for Routes<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(label, route)| (&**label, &**route)))
+    }
+}
+
 impl Serialize for Status {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let c = self.current.as_ref();
@@ -31,7 +40,7 @@ impl Serialize for Status {
         map.serialize_entry("fingerprint_sha256", &c.map(|c| &c.fingerprint_sha256))?;
         map.serialize_entry("subject", &c.map(|c| &c.subject))?;
         map.serialize_entry("dns_names", &c.map(|c| &c.dns_names))?;
-        map.serialize_entry("ip_addresses", &c.map(ips))?;
+        map.serialize_entry("ip_addresses", &c.map(|c| ips(c)))?;
         map.serialize_entry("not_before", &c.map(|c| time(c.not_before)))?;
         map.serialize_entry("not_after", &c.map(|c| time(c.not_after)))?;
         map.serialize_entry("origin", &c.map(|c| c.origin.to_string()))?;
@@ -48,7 +57,7 @@ impl Serialize for Status {
         map.serialize_entry("ready", &self.ready)?;
         map.serialize_entry("ended", &self.ended.as_ref().map(Ended::to_string))?;
         map.serialize_entry("last_error", &error(self.last_error.as_ref()))?;
-        map.serialize_entry("routes", &self.routes)?;
+        map.serialize_entry("routes", &Routes(&self.routes))?;
         if !self.client_cas.is_empty() || self.client_ca_error.is_some() {
             let fingerprints: Vec<_> = self
                 .client_cas
@@ -121,10 +130,10 @@ mod tests {
         };
         status.routes.insert(
             "api.example.com".into(),
-            RouteStatus {
+            Arc::new(RouteStatus {
                 names: vec!["api.example.com".into()],
                 ..RouteStatus::default()
-            },
+            }),
         );
         let json = serde_json::to_value(&status).unwrap();
         assert!(json["fingerprint_sha256"].is_null() && json["not_after"].is_null());
@@ -152,7 +161,7 @@ mod tests {
         let info = crate::Validator::new(provider, crate::Policy::default())
             .validate(&bundle)
             .unwrap()
-            .info()
+            .shared_info()
             .clone();
         let status = Status {
             current: Some(info.clone()),
@@ -181,7 +190,7 @@ mod tests {
         assert_eq!(json["client_ca_fingerprints_sha256"][0], "ab");
         assert_eq!(json["client_cas"][0]["leaves_at"], "1970-01-02T00:00:00Z");
         assert!(json["client_ca_error"].is_null());
-        let info = serde_json::to_value(&info).unwrap();
+        let info = serde_json::to_value(&*info).unwrap();
         assert_eq!(info["chain_len"], 2, "the leaf and the test CA");
         assert_eq!(info["dns_names"][0], "localhost");
     }

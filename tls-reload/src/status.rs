@@ -35,8 +35,8 @@ use crate::Error;
 #[non_exhaustive]
 pub struct Status {
     /// The default certificate being served; `None` until the first one is installed (or when
-    /// there is no default route).
-    pub current: Option<CertInfo>,
+    /// there is no default route). Shared with the reload task, not copied.
+    pub current: Option<Arc<CertInfo>>,
     /// How many default certificates have been installed (0 before the first).
     pub generation: u64,
     /// The default route's last rejected update or source error since its last successful load,
@@ -53,8 +53,12 @@ pub struct Status {
     /// ([`Error::SourcePanicked`] in [`last_error`](Self::last_error)).
     pub stopped: bool,
     /// The SNI routes, by name (`api.example.com`, `*.example.com`) or, for a keyed source, by
-    /// key (e.g. a Secret's `namespace/name`).
-    pub routes: BTreeMap<String, RouteStatus>,
+    /// key (e.g. a Secret's `namespace/name`): `status.routes.get("default/web")`.
+    ///
+    /// Each route's state is shared with the reload task (an `Arc`), so cloning a status of
+    /// 50,000 routes copies 50,000 pointers, not 50,000 certificates' details; to read one
+    /// route, borrow the channel's value and look it up without cloning at all.
+    pub routes: BTreeMap<Arc<str>, Arc<RouteStatus>>,
     /// Whether every configured route has a certificate (with keyed routes only: whether any
     /// has), and, with [`ClientAuth`](crate::ClientAuth), a client CA is trusted; what
     /// [`Reloader::ready`](crate::Reloader::ready) waits for.
@@ -88,7 +92,7 @@ pub struct TrustedCa {
 #[non_exhaustive]
 pub struct RouteStatus {
     /// The certificate being served for the route; `None` until one is installed.
-    pub current: Option<CertInfo>,
+    pub current: Option<Arc<CertInfo>>,
     /// The names the route is served for: its name, or the DNS names of a keyed route's
     /// certificate.
     pub names: Vec<String>,

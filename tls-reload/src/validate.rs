@@ -47,7 +47,7 @@ pub struct Validator {
 pub struct Validated {
     certified: Arc<CertifiedKey>,
     ca: Vec<CertificateDer<'static>>,
-    info: CertInfo,
+    info: Arc<CertInfo>,
     digest: Digest,
 }
 
@@ -267,7 +267,7 @@ impl Validator {
         Ok(Validated {
             certified,
             ca: bundle.ca().to_vec(),
-            info: CertInfo::new(bundle, leaf, parsed, now),
+            info: Arc::new(CertInfo::new(bundle, leaf, parsed, now)),
             digest: bundle.digest(),
         })
     }
@@ -288,6 +288,11 @@ impl Validated {
 
     /// What the leaf says about itself, and where it came from.
     pub fn info(&self) -> &CertInfo {
+        &self.info
+    }
+
+    /// The same, shared: what the status and the events hold of an installed certificate.
+    pub(crate) fn shared_info(&self) -> &Arc<CertInfo> {
         &self.info
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tls_source::Origin;
 
+use super::Label;
 use crate::status::CertInfo;
 use crate::{Error, metrics};
 use tls_source::clock::Rfc3339;
@@ -17,8 +18,8 @@ pub(crate) enum Event {
     /// list's [`ListComplete`](Self::ListComplete) counts them; tens of thousands of lines at
     /// every start would bury what matters).
     Installed {
-        route: Option<String>,
-        info: CertInfo,
+        route: Option<Label>,
+        info: Arc<CertInfo>,
         generation: u64,
         expiring: bool,
         keyed: bool,
@@ -28,21 +29,21 @@ pub(crate) enum Event {
     Superseded { origin: Origin },
     /// The source gave the installed material again after an error.
     Recovered {
-        route: Option<String>,
+        route: Option<Label>,
         origin: Origin,
         keyed: bool,
     },
     /// A bundle was refused; the route keeps what it serves (`serving`: whether it serves
     /// anything yet).
     Rejected {
-        route: Option<String>,
+        route: Option<Label>,
         error: Arc<Error>,
         serving: bool,
         keyed: bool,
     },
     /// The route's source reported an error.
     SourceError {
-        route: Option<String>,
+        route: Option<Label>,
         error: Arc<Error>,
         serving: bool,
         keyed: bool,
@@ -51,7 +52,7 @@ pub(crate) enum Event {
     KeyedSourceError { error: Arc<Error> },
     /// A source panicked and was dropped (`routes`: the routes it fed).
     SourcePanicked {
-        routes: Vec<Option<String>>,
+        routes: Vec<Option<Label>>,
         message: String,
         keyed: bool,
     },
@@ -62,17 +63,17 @@ pub(crate) enum Event {
     /// A client CA's overlap ended.
     CaLeft { fingerprint: String },
     /// A keyed route's key is gone.
-    RouteRemoved { route: String },
+    RouteRemoved { route: Label },
     /// A name is served by an earlier route already.
-    NameTaken { route: Option<String>, name: String },
+    NameTaken { route: Option<Label>, name: String },
     /// The served certificate entered its expiry-warning window without being replaced.
     ExpiringNotReplaced {
-        route: Option<String>,
-        info: CertInfo,
+        route: Option<Label>,
+        info: Arc<CertInfo>,
     },
     /// The served certificate expired.
     ServedExpired {
-        route: Option<String>,
+        route: Option<Label>,
         error: Arc<Error>,
         keyed: bool,
     },
@@ -92,7 +93,7 @@ pub(crate) enum Event {
         refused: usize,
     },
     /// The static routes, at the start: their counters are recorded at 0.
-    Declared { routes: Vec<Option<String>> },
+    Declared { routes: Vec<Option<Label>> },
 }
 
 /// A `tracing` event about a route's certificate, with the fields every such event carries.
@@ -218,7 +219,7 @@ impl Event {
             Self::CaLeft { fingerprint } => {
                 tracing::info!(%fingerprint, "client CA no longer trusted; sessions from before must authenticate again");
             }
-            Self::RouteRemoved { route } => tracing::info!(route, "route removed"),
+            Self::RouteRemoved { route } => tracing::info!(route = &**route, "route removed"),
             Self::NameTaken { route, name } => {
                 tracing::debug!(route = route.as_deref(), %name, "name already served by another route");
             }
@@ -285,7 +286,7 @@ fn keeping(serving: bool) -> &'static str {
 }
 
 /// The `route` label of a route's series: its own, or the keyed routes' one.
-fn series(route: &Option<String>, keyed: bool) -> Option<&str> {
+fn series(route: &Option<Label>, keyed: bool) -> Option<&str> {
     if keyed {
         Some(metrics::KEYED)
     } else {

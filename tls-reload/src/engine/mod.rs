@@ -42,6 +42,9 @@ use routes::Routes;
 /// [`Engine::new`]), then keyed ones.
 pub(crate) type RouteId = usize;
 
+/// A route's label (its name, or its key), shared by the engine, the status and the events.
+pub(crate) type Label = Arc<str>;
+
 /// What a timer is for: one entry per thing that can be due, so a timer names what it is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Due {
@@ -95,7 +98,7 @@ pub(crate) struct Engine {
     trust_error: Option<Arc<Error>>,
     /// What the batch changed, published at its end.
     changed: Vec<RouteId>,
-    removed: Vec<String>,
+    removed: Vec<Label>,
     /// The SNI table is rebuilt whole at the end of the batch (at the start, when a list is in).
     table_dirty: bool,
     /// Else, the names whose entries are edited.
@@ -346,9 +349,12 @@ impl Engine {
     /// When `due` is armed for, if it is: what the engine keeps of each timer.
     fn armed_at(&self, due: Due) -> Option<SystemTime> {
         match due {
-            Due::Retry(id) => self.routes.get(id)?.retry.as_ref().map(|(at, _)| *at),
+            Due::Retry(id) => self.routes.get(id)?.retry.as_ref().map(|retry| retry.0),
             Due::Expiring(id) => self.routes.get(id)?.expiring_at,
-            Due::Expired(id) => self.routes.get(id)?.expired_at,
+            Due::Expired(id) => {
+                let route = self.routes.get(id)?;
+                route.expired_at.filter(|_| route.expired_armed())
+            }
             Due::TrustLeaves => self.trust.as_ref()?.next_leave().map(past),
         }
     }
@@ -357,8 +363,8 @@ impl Engine {
     fn fire(&mut self, due: Due, now: SystemTime) {
         match due {
             Due::Retry(id) => {
-                if let Some((_, bundle)) = self.routes.get_mut(id).and_then(|r| r.retry.take()) {
-                    self.consider(id, bundle, None, now);
+                if let Some(retry) = self.routes.get_mut(id).and_then(|r| r.retry.take()) {
+                    self.consider(id, retry.1, None, now);
                 }
             }
             Due::Expiring(id) => self.expiring(id),
@@ -378,7 +384,11 @@ impl Engine {
             return;
         };
         route.expiring_at = None;
-        route.status.expiring = true;
+        // Now the expiry's timer.
+        if let Some(at) = route.expired_at {
+            self.out.push(Effect::Arm(Due::Expired(id), at));
+        }
+        route.status_mut().expiring = true;
         if let Some(info) = route.status.current.clone() {
             let route = route.label.clone();
             self.event(Event::ExpiringNotReplaced { route, info });
@@ -399,9 +409,10 @@ impl Engine {
             origin: info.origin.clone(),
             not_after: info.not_after,
         });
-        route.status.expired = true;
-        route.status.expiring = true;
-        route.status.last_error = Some(Arc::clone(&error));
+        let status = route.status_mut();
+        status.expired = true;
+        status.expiring = true;
+        status.last_error = Some(Arc::clone(&error));
         let (route, keyed) = (route.label.clone(), matches!(route.kind, Kind::Keyed));
         self.event(Event::ServedExpired {
             route,
@@ -453,17 +464,18 @@ impl Engine {
         if route.expiring_at.is_some() {
             self.out.push(Effect::Cancel(Due::Expiring(id)));
         }
-        if route.expired_at.is_some() {
+        if route.expired_armed() {
             self.out.push(Effect::Cancel(Due::Expired(id)));
         }
+        let label = route.label.clone().unwrap_or_else(|| Label::from(key));
         self.event(Event::RouteRemoved {
-            route: key.to_owned(),
+            route: Arc::clone(&label),
         });
         if let Some(info) = &route.status.current {
             self.keyed_expiry.remove(&(info.not_after, id));
         }
         self.touch(route.served_names().to_vec());
-        self.removed.push(key.to_owned());
+        self.removed.push(label);
     }
 
     /// Validates a bundle for its route and installs it, or records why not.
@@ -474,7 +486,10 @@ impl Engine {
         };
         if route.installed.as_ref().map(|(d, _)| *d) == Some(bundle.digest()) {
             // The same material again, e.g. after a transient error: a recovery, not a rotation.
-            if !route.status.expired && route.status.last_error.take().is_some() {
+            if !route.status.expired
+                && route.status.last_error.is_some()
+                && route.status_mut().last_error.take().is_some()
+            {
                 let keyed = matches!(route.kind, Kind::Keyed);
                 let (route, origin) = (route.label.clone(), bundle.origin().clone());
                 self.event(Event::Recovered {
@@ -532,7 +547,7 @@ impl Engine {
         if let Error::NotYetValid { not_before, .. } = &*error
             && let Some(route) = self.routes.get_mut(id)
         {
-            route.retry = Some((*not_before, bundle));
+            route.retry = Some(Box::new((*not_before, bundle)));
             self.out.push(Effect::Arm(Due::Retry(id), *not_before));
         }
         self.record(id, error);
@@ -545,20 +560,27 @@ impl Engine {
         let Some(route) = self.routes.get_mut(id) else {
             return;
         };
-        let info = validated.info().clone();
-        // Armed timers are replaced by the new ones, or cancelled.
+        let info = Arc::clone(validated.shared_info());
+        // Armed timers are replaced by the new ones, or cancelled. One timer at a time: the
+        // warning's, then (armed when it fires) the expiry's.
         let expiring_at = info.not_after.checked_sub(window).filter(|at| *at >= now);
         let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
         let expired_at = (!expired).then(|| past(info.not_after));
-        for (due, at, armed) in [
-            (Due::Expiring(id), expiring_at, route.expiring_at.is_some()),
-            (Due::Expired(id), expired_at, route.expired_at.is_some()),
+        let armed_now = match (expiring_at, expired_at) {
+            (Some(at), _) => Some((Due::Expiring(id), at)),
+            (None, Some(at)) => Some((Due::Expired(id), at)),
+            (None, None) => None,
+        };
+        for (due, armed) in [
+            (Due::Expiring(id), route.expiring_at.is_some()),
+            (Due::Expired(id), route.expired_armed()),
         ] {
-            match at {
-                Some(at) => self.out.push(Effect::Arm(due, at)),
-                None if armed => self.out.push(Effect::Cancel(due)),
-                None => {}
+            if armed && armed_now.is_none_or(|(now_due, _)| now_due != due) {
+                self.out.push(Effect::Cancel(due));
             }
+        }
+        if let Some((due, at)) = armed_now {
+            self.out.push(Effect::Arm(due, at));
         }
         route.expiring_at = expiring_at;
         route.expired_at = expired_at;
@@ -578,15 +600,15 @@ impl Engine {
         let listing = route
             .source()
             .is_some_and(|s| self.lists.get(s).is_some_and(|l| *l != List::Complete));
-        let status = &mut route.status;
+        let keyed = matches!(route.kind, Kind::Keyed);
+        let status = Arc::make_mut(&mut route.status);
         status.generation += 1;
         status.last_error = None;
         status.expiring = expiring_at.is_none();
         status.expired = expired;
-        if matches!(route.kind, Kind::Keyed) {
+        if keyed {
             status.names.clone_from(&info.dns_names);
         }
-        let keyed = matches!(route.kind, Kind::Keyed);
         if keyed {
             if let Some(old) = &status.current {
                 self.keyed_expiry.remove(&(old.not_after, id));
@@ -595,7 +617,7 @@ impl Engine {
         }
         let event = Event::Installed {
             route: route.label.clone(),
-            info: info.clone(),
+            info: Arc::clone(&info),
             generation: status.generation,
             expiring: status.expiring,
             keyed,
@@ -647,7 +669,7 @@ impl Engine {
             self.cancel_retry(id);
             let label = self.routes.label(id);
             if let Some(route) = self.routes.get_mut(id) {
-                route.status.stopped = true;
+                route.status_mut().stopped = true;
             }
             let error = Error::SourcePanicked {
                 route: route_name(label.as_deref()),
@@ -730,7 +752,7 @@ impl Engine {
 
     fn record(&mut self, id: RouteId, err: Arc<Error>) {
         if let Some(route) = self.routes.get_mut(id) {
-            route.status.last_error = Some(err);
+            route.status_mut().last_error = Some(err);
             self.changed.push(id);
         }
     }

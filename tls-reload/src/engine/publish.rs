@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Effect, Engine, Event, List, TrustSet};
+use super::{Effect, Engine, Event, Label, List, TrustSet};
 use crate::Error;
 use crate::status::{RouteStatus, TrustedCa};
 
@@ -13,9 +13,9 @@ use crate::status::{RouteStatus, TrustedCa};
 pub(crate) struct Publish {
     pub(crate) ready: bool,
     /// The routes whose status changed (`None`: the default route, the top-level fields).
-    pub(crate) routes: Vec<(Option<String>, RouteStatus)>,
+    pub(crate) routes: Vec<(Option<Label>, Arc<RouteStatus>)>,
     /// The labels of routes removed.
-    pub(crate) removed: Vec<String>,
+    pub(crate) removed: Vec<Label>,
     /// The trusted client CAs and the trust source's error, when they changed.
     pub(crate) trust: Option<(Vec<TrustedCa>, Option<Arc<Error>>)>,
 }
@@ -67,7 +67,7 @@ impl Engine {
         let routes = changed
             .into_iter()
             .filter_map(|id| self.routes.get(id))
-            .map(|route| (route.label.clone(), route.status.clone()))
+            .map(|route| (route.label.clone(), Arc::clone(&route.status)))
             .collect();
         let trust = std::mem::take(&mut self.trust_dirty)
             .then(|| self.trust.as_ref().map(TrustSet::status))

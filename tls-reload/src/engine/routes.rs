@@ -10,8 +10,8 @@ use foldhash::fast::RandomState;
 
 use tls_source::{CertBundle, Digest};
 
-use super::RouteId;
 use super::events::Event;
+use super::{Label, RouteId};
 use crate::status::RouteStatus;
 use crate::tls::{RouteName, Slot, Table};
 use crate::validate::Rule;
@@ -35,19 +35,23 @@ pub(crate) enum Kind {
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) kind: Kind,
-    /// Where the route is shown in the status (`None`: the top-level fields).
-    pub(crate) label: Option<String>,
+    /// Where the route is shown in the status (`None`: the top-level fields), shared with the
+    /// status's map and the events.
+    pub(crate) label: Option<Label>,
     /// Where its certificate goes: its own slot in the SNI table, or (`None`) the default.
     pub(crate) slot: Option<Arc<Slot>>,
     /// The digest and names of the certificate installed.
     pub(crate) installed: Option<(Digest, Vec<RouteName>)>,
-    pub(crate) status: RouteStatus,
+    /// Shared with the published status: a change copies it once ([`Route::status_mut`]),
+    /// publishing it copies a pointer.
+    pub(crate) status: Arc<RouteStatus>,
     /// A not-yet-valid bundle waiting for its `notBefore` ([`Due::Retry`](super::Due::Retry)),
-    /// and that time.
-    pub(crate) retry: Option<(SystemTime, CertBundle)>,
-    /// When the installed certificate enters its warning window, and when it expires, while
-    /// those timers are armed.
+    /// and that time (boxed: rare, and every route would carry its size).
+    pub(crate) retry: Option<Box<(SystemTime, CertBundle)>>,
+    /// When the installed certificate enters its warning window, while that timer is armed.
     pub(crate) expiring_at: Option<SystemTime>,
+    /// When it expires, while that is still to come: its timer is armed once the warning's
+    /// has fired (one timer per route at a time, however many routes).
     pub(crate) expired_at: Option<SystemTime>,
     /// The keyed source it comes from.
     source: Option<usize>,
@@ -66,7 +70,17 @@ impl Route {
         }
     }
 
-    fn new(kind: Kind, label: Option<String>, slot: Option<Arc<Slot>>) -> Self {
+    /// The route's status, to change (copied first if the published status still shares it).
+    pub(crate) fn status_mut(&mut self) -> &mut RouteStatus {
+        Arc::make_mut(&mut self.status)
+    }
+
+    /// Whether the expiry timer is armed (it waits for the warning's).
+    pub(crate) fn expired_armed(&self) -> bool {
+        self.expiring_at.is_none() && self.expired_at.is_some()
+    }
+
+    fn new(kind: Kind, label: Option<Label>, slot: Option<Arc<Slot>>) -> Self {
         let names = match &kind {
             Kind::Named(name) => vec![name.to_string()],
             _ => Vec::new(),
@@ -76,10 +90,10 @@ impl Route {
             label,
             slot,
             installed: None,
-            status: RouteStatus {
+            status: Arc::new(RouteStatus {
                 names,
                 ..RouteStatus::default()
-            },
+            }),
             retry: None,
             expiring_at: None,
             expired_at: None,
@@ -114,8 +128,8 @@ impl Route {
 #[derive(Debug)]
 pub(crate) struct Routes {
     slab: Vec<Option<Route>>,
-    /// Keyed routes by (source, key).
-    keyed: BTreeMap<(usize, String), RouteId>,
+    /// Keyed routes by source, then key (the key shared with the route's label).
+    keyed: Vec<BTreeMap<Label, RouteId>>,
     /// Places of removed keyed routes, for reuse.
     free: Vec<RouteId>,
     /// How many routes are static, all at the front.
@@ -135,7 +149,7 @@ impl Routes {
             .map(|kind| {
                 Some(match kind {
                     Kind::Named(name) => {
-                        let label = Some(name.to_string());
+                        let label = Some(Label::from(name.to_string()));
                         Route::new(Kind::Named(name), label, Some(Arc::default()))
                     }
                     kind => Route::new(kind, None, None),
@@ -155,7 +169,7 @@ impl Routes {
         Self {
             statics: slab.len(),
             slab,
-            keyed: BTreeMap::new(),
+            keyed: Vec::new(),
             free: Vec::new(),
             claims,
             installed_keyed: 0,
@@ -183,16 +197,22 @@ impl Routes {
         self.slab.get_mut(id)?.as_mut()
     }
 
-    pub(crate) fn label(&self, id: RouteId) -> Option<String> {
+    pub(crate) fn label(&self, id: RouteId) -> Option<Label> {
         self.get(id).and_then(|r| r.label.clone())
+    }
+
+    /// The keyed route for `key` of `source`, if there is one.
+    fn find(&self, source: usize, key: &str) -> Option<RouteId> {
+        self.keyed.get(source)?.get(key).copied()
     }
 
     /// The keyed route for `key` of `source`, made on first sight.
     pub(crate) fn keyed(&mut self, source: usize, key: String) -> RouteId {
-        if let Some(id) = self.keyed.get(&(source, key.clone())) {
-            return *id;
+        if let Some(id) = self.find(source, &key) {
+            return id;
         }
-        let mut route = Route::new(Kind::Keyed, Some(key.clone()), Some(Arc::default()));
+        let key = Label::from(key);
+        let mut route = Route::new(Kind::Keyed, Some(Arc::clone(&key)), Some(Arc::default()));
         route.source = Some(source);
         let route = Some(route);
         // A removed route's place is reused (its timers went with it), so churn does not grow
@@ -207,7 +227,10 @@ impl Routes {
                 self.slab.len() - 1
             }
         };
-        self.keyed.insert((source, key), id);
+        if self.keyed.len() <= source {
+            self.keyed.resize_with(source + 1, BTreeMap::new);
+        }
+        self.keyed[source].insert(key, id);
         id
     }
 
@@ -217,16 +240,15 @@ impl Routes {
         let tls_source::KeyedUpdate::Put(bundle) = &keyed.update else {
             return false;
         };
-        self.keyed
-            .get(&(source, keyed.key.clone()))
-            .and_then(|id| self.get(*id))
+        self.find(source, &keyed.key)
+            .and_then(|id| self.get(id))
             .and_then(|r| r.installed.as_ref())
             .is_none_or(|(digest, _)| *digest != bundle.digest())
     }
 
     /// Removes the keyed route for `key`, if there is one.
     pub(crate) fn remove_keyed(&mut self, source: usize, key: &str) -> Option<(RouteId, Route)> {
-        let id = self.keyed.remove(&(source, key.to_owned()))?;
+        let id = self.keyed.get_mut(source)?.remove(key)?;
         let route = self.slab[id].take()?;
         self.free.push(id);
         self.unclaim(id, route.served_names());
@@ -348,9 +370,9 @@ impl Routes {
     /// The routes of keyed source `source`.
     pub(crate) fn of_source(&self, source: usize) -> Vec<RouteId> {
         self.keyed
-            .range((source, String::new())..(source + 1, String::new()))
-            .map(|(_, id)| *id)
-            .collect()
+            .get(source)
+            .map(|keys| keys.values().copied().collect())
+            .unwrap_or_default()
     }
 
     /// The SNI table: each claimed name with its holder (a name taken by a better claimant is
