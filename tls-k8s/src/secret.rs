@@ -330,11 +330,18 @@ pub(crate) fn read(
     let origin = || format!("secret {namespace}/{name}");
     let data = secret.data.get("data");
     let raw = |key: &str| data.and_then(|d| d.get(key));
+    // What the three keys hold, as the API gave it (absent, a string's own bytes, or anything
+    // else as JSON, each tagged): unchanged data is known by this before anything is decoded.
     let mut material = Vec::new();
     for key in [&keys.cert, &keys.key, &keys.ca] {
-        let value = raw(key).map(ToString::to_string).unwrap_or_default();
-        material.extend_from_slice(&(value.len() as u64).to_be_bytes());
-        material.extend_from_slice(value.as_bytes());
+        let (tag, text) = match raw(key) {
+            None => (0u8, std::borrow::Cow::Borrowed("")),
+            Some(serde_json::Value::String(text)) => (1, std::borrow::Cow::Borrowed(text.as_str())),
+            Some(other) => (2, std::borrow::Cow::Owned(other.to_string())),
+        };
+        material.push(tag);
+        material.extend_from_slice(&(text.len() as u64).to_be_bytes());
+        material.extend_from_slice(text.as_bytes());
     }
     let digest = Digest::of(&material);
     let get = |key: &str| -> Result<Option<Vec<u8>>, tls_source::Error> {

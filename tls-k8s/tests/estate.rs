@@ -54,7 +54,9 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
         api.set_label("secrets", "default", &name, "app", "estate");
         fingerprints.push(cert.fingerprint);
     }
-    let source = SecretsSource::builder(common::client(&api), "default")
+    // The source's own port into the emulator, so its traffic can be held at the relist.
+    let endpoint = api.endpoint().await;
+    let source = SecretsSource::builder(common::client_at(&endpoint.url()), "default")
         .selector("app=estate")
         .build();
     let reloader = common::routes_reloader(source);
@@ -99,6 +101,8 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
     };
 
     // One Secret rotated while the watch is away, its event compacted: only a relist brings it.
+    // The source's traffic is held meanwhile, so it cannot watch again before the compaction.
+    endpoint.pause();
     api.close_watches();
     let rotated = ca.leaf(&[&host(changed)]);
     api.put_secret(
@@ -110,6 +114,7 @@ async fn a_relist_of_50000_secrets_keeps_every_unchanged_route_and_serving_never
         ],
     );
     api.compact();
+    endpoint.resume();
     let label = format!("default/estate-{changed}");
     let status = tls_test::wait_for(reloader.status(), "the relist's rotation", |s| {
         s.routes[label.as_str()]

@@ -46,14 +46,23 @@ pub(crate) trait Apply {
     fn publish(&mut self, publish: Publish);
 }
 
+/// How many items a keyed source's pump may have ready before it waits for the reload task.
+const PUMP_AHEAD: usize = 256;
+
 /// The sources, each item tagged with where it goes.
 #[derive(Default)]
-pub(crate) struct Inputs(SelectAll<BoxStream<'static, Input>>);
+pub(crate) struct Inputs {
+    streams: SelectAll<BoxStream<'static, Input>>,
+    /// Keyed sources not pumped yet: they start with the task (a built task may be run later,
+    /// on the runtime that runs it).
+    keyed: Vec<BoxStream<'static, Input>>,
+    pumps: Vec<Pump>,
+}
 
 impl Inputs {
     /// The source of static route `id`; unchanged material is skipped once, here.
     pub(crate) fn route(&mut self, id: usize, source: BoxCertSource) {
-        self.0
+        self.streams
             .push(guarded(source.dedup(), Place::Route(id), move |item| {
                 Input::Route(id, item)
             }));
@@ -61,7 +70,7 @@ impl Inputs {
 
     /// Keyed source number `index`.
     pub(crate) fn keyed(&mut self, index: usize, source: BoxKeyedCertSource) {
-        self.0
+        self.keyed
             .push(guarded(source, Place::Keyed(index), move |item| {
                 Input::Keyed(index, item)
             }));
@@ -69,7 +78,58 @@ impl Inputs {
 
     /// The client-CA source of its own.
     pub(crate) fn trust(&mut self, source: BoxStream<'static, TrustItem>) {
-        self.0.push(guarded(source, Place::Trust, Input::Trust));
+        self.streams
+            .push(guarded(source, Place::Trust, Input::Trust));
+    }
+
+    /// Starts each keyed source on a task of its own, feeding the reload task through a
+    /// bounded channel: what a keyed source does per item (a Secret's JSON decoded, its PEM
+    /// read, its digest taken) runs beside the validation and installation of the items
+    /// before, instead of before them. Static routes are polled by the reload task itself:
+    /// a rotation's path stays one hop short.
+    fn start(&mut self) {
+        for mut source in self.keyed.drain(..) {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(PUMP_AHEAD);
+            let task = tokio::spawn(async move {
+                while let Some(item) = source.next().await {
+                    if tx.send(item).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            self.pumps.push(Pump(task));
+            self.streams
+                .push(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed());
+        }
+    }
+
+    /// Drops every source, the pumped ones included, and waits until they are gone.
+    async fn stop(mut self) {
+        self.streams = SelectAll::new();
+        self.keyed.clear();
+        for pump in std::mem::take(&mut self.pumps) {
+            pump.stop().await;
+        }
+    }
+}
+
+/// A keyed source's pump task, aborted when dropped (the reload task dropped unfinished).
+struct Pump(tokio::task::JoinHandle<()>);
+
+impl Pump {
+    /// Aborts the task and waits until it is gone (and with it, its source).
+    async fn stop(mut self) {
+        self.0.abort();
+        let task = &mut self.0;
+        // Its outcome says nothing new: it ended, was aborted, or its source's panic was
+        // caught and reported as an input already.
+        let _ = task.await;
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -213,6 +273,7 @@ pub(crate) fn run<A: Apply + Send + 'static>(
     let effects = engine.start();
     apply_all(effects, &mut apply, &mut timers, &clock);
     async move {
+        inputs.start();
         let ended = loop {
             tokio::select! {
                 biased;
@@ -222,12 +283,12 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                     let effects = engine.due(due, clock.now());
                     apply_all(effects, &mut apply, &mut timers, &clock);
                 }
-                item = inputs.0.next() => {
+                item = inputs.streams.next() => {
                     let Some(first) = item else { break Ended::SourcesEnded };
                     let mut batch = vec![first];
                     let mut ended = false;
                     while batch.len() < MAX_BATCH {
-                        match inputs.0.next().now_or_never() {
+                        match inputs.streams.next().now_or_never() {
                             Some(Some(item)) => batch.push(item),
                             Some(None) => {
                                 ended = true;
@@ -248,7 +309,7 @@ pub(crate) fn run<A: Apply + Send + 'static>(
             }
         };
         // The sources go first, so that "ended" means "dropped its sources".
-        drop(inputs);
+        inputs.stop().await;
         ended
     }
 }
