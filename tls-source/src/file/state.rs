@@ -166,6 +166,11 @@ impl Running {
                     item
                 }
                 Found::Layout(targets) => {
+                    // What the read found is handled first: a consumer that polls again at
+                    // once, as the reload task does to gather a batch, gets `Pending` here and
+                    // installs the new certificate before the watches are moved (a few
+                    // syscalls through notify's thread, a hundred microseconds or more).
+                    tokio::task::yield_now().await;
                     // A change made before a new watch was set is seen only by reading again.
                     if let Some(watching) = self.watching.as_mut()
                         && watching.follow(targets)
