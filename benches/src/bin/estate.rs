@@ -211,6 +211,25 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The time this machine's CPUs were taken by its host (`steal` in `/proc/stat`): on a virtual
+/// machine a busy host makes a run slower than the code, and this says by how much.
+fn steal() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks = stat
+        .lines()
+        .next()
+        .and_then(|cpu| cpu.split_whitespace().nth(8))
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// The share of the machine's CPU time stolen by the host over `wall`, in percent.
+fn stolen(stolen: Duration, wall: Duration) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    100.0 * stolen.as_secs_f64() / (wall.as_secs_f64() * cores).max(1e-9)
+}
+
 /// The CPU time (user and system) the process has used.
 fn cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -282,6 +301,9 @@ struct Figures {
     list_bytes: usize,
     ready: Duration,
     ready_cpu: Duration,
+    /// The share of CPU time the host took during the lists and during the start (percent).
+    list_stolen: f64,
+    ready_stolen: f64,
     rss_kib: u64,
     material: usize,
     rotate: Duration,
@@ -346,14 +368,18 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
     let mut emulator = Emulator::start(n);
     let mut lists = Vec::new();
     let mut list_bytes = 0;
+    let (list_start, list_steal) = (Instant::now(), steal());
     for _ in 0..3 {
         let (took, bytes) = plain_list(emulator.addr).await;
         lists.push(took);
         list_bytes = bytes;
     }
+    let list_stolen = stolen(steal() - list_steal, list_start.elapsed());
+    let ready_steal = steal();
     let (server, start) = start_serve(serve, &emulator, metrics);
     until_listening(server.addr).await;
     let ready = start.elapsed();
+    let ready_stolen = stolen(steal() - ready_steal, ready);
     let ready_cpu = cpu(server.child.id());
     // Every name probed is served its own certificate from the first handshake (the probe of
     // the names themselves is the test's job; here: that the estate is in).
@@ -434,6 +460,8 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
         list_bytes,
         ready,
         ready_cpu,
+        list_stolen,
+        ready_stolen,
         rss_kib,
         material: emulator.material,
         rotate: median(rotate),
@@ -451,7 +479,7 @@ fn report(f: &Figures, empty_rss: u64, metrics: bool) {
     let per_route = beyond_empty / f.n.max(1) as u64;
     let material = f.material / f.n.max(1);
     println!(
-        "N={} metrics={}: list (plain HTTP, {:.1} MB) {}, ready {} ({:.2}x the list; CPU {}); RSS {} KiB \
+        "N={} metrics={}: list (plain HTTP, {:.1} MB) {}, ready {} ({:.2}x the list; CPU {}; host steal {:.0}% during the lists, {:.0}% during the start); RSS {} KiB \
          ({} bytes a route beyond an empty estate's {} KiB; {} of them certificate and key DER, \
          {} beyond); rotate {}, add {}, delete {}; relist until served {} ({} of {} probes of \
          other names served wrong); status page {}",
@@ -462,6 +490,8 @@ fn report(f: &Figures, empty_rss: u64, metrics: bool) {
         ms(f.ready),
         f.ready.as_secs_f64() / f.list.as_secs_f64().max(1e-9),
         ms(f.ready_cpu),
+        f.list_stolen,
+        f.ready_stolen,
         f.rss_kib,
         per_route,
         empty_rss,
