@@ -57,7 +57,16 @@ pub struct Status {
     ///
     /// Each route's state is shared with the reload task (an `Arc`), so cloning a status of
     /// 50,000 routes copies 50,000 pointers, not 50,000 certificates' details; to read one
-    /// route, borrow the channel's value and look it up without cloning at all.
+    /// route, borrow the channel's value and look it up without cloning at all:
+    /// ```no_run
+    /// # fn read(reloader: &tls_reload::Reloader) {
+    /// // One route, read in place (the channel is borrowed for the lookup only).
+    /// let generation = reloader.status().borrow().routes.get("default/web").map(|r| r.generation);
+    /// // A snapshot to keep, e.g. to serialize while the reload task goes on.
+    /// let snapshot = reloader.status().borrow().clone();
+    /// # let _ = (generation, snapshot);
+    /// # }
+    /// ```
     pub routes: BTreeMap<Arc<str>, Arc<RouteStatus>>,
     /// Whether every configured route has a certificate (with keyed routes only: whether any
     /// has), and, with [`ClientAuth`](crate::ClientAuth), a client CA is trusted; what

@@ -608,8 +608,6 @@ impl Engine {
         status.expired = expired;
         if keyed {
             status.names.clone_from(&info.dns_names);
-        }
-        if keyed {
             if let Some(old) = &status.current {
                 self.keyed_expiry.remove(&(old.not_after, id));
             }

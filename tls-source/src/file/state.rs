@@ -73,11 +73,19 @@ impl Reads {
     fn read_here(&self, force: bool) {
         let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+            let item = reader.read(force);
+            let found = item.is_some();
             let _ = self.found.send(Found::Read {
-                item: reader.read(force),
+                item,
                 settling: reader.settling(),
                 starved: reader.starved(),
             });
+            if found {
+                // The consumer was just woken, maybe onto this very core: let it take the item
+                // before this thread works out the layout (stat calls on every directory of
+                // it), which would otherwise run first and delay the install.
+                std::thread::yield_now();
+            }
             if self.config.notify {
                 let mut targets = watch::targets(&self.config);
                 *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
