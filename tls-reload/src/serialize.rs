@@ -128,7 +128,7 @@ mod tests {
             running: true,
             ..Status::default()
         };
-        status.routes.insert(
+        Arc::make_mut(&mut status.routes).insert(
             "api.example.com".into(),
             Arc::new(RouteStatus {
                 names: vec!["api.example.com".into()],

@@ -55,9 +55,10 @@ pub struct Status {
     /// The SNI routes, by name (`api.example.com`, `*.example.com`) or, for a keyed source, by
     /// key (e.g. a Secret's `namespace/name`): `status.routes.get("default/web")`.
     ///
-    /// Each route's state is shared with the reload task (an `Arc`), so cloning a status of
-    /// 50,000 routes copies 50,000 pointers, not 50,000 certificates' details; to read one
-    /// route, borrow the channel's value and look it up without cloning at all:
+    /// The map is shared by every snapshot until the reload task next changes a route (then it
+    /// copies it once, if a snapshot still holds it), and each route's state is shared with
+    /// the reload task: cloning a status of 50,000 routes copies one pointer. To read one
+    /// route, borrow the channel's value and look it up:
     /// ```no_run
     /// # fn read(reloader: &tls_reload::Reloader) {
     /// // One route, read in place (the channel is borrowed for the lookup only).
@@ -67,7 +68,7 @@ pub struct Status {
     /// # let _ = (generation, snapshot);
     /// # }
     /// ```
-    pub routes: BTreeMap<Arc<str>, Arc<RouteStatus>>,
+    pub routes: Arc<BTreeMap<Arc<str>, Arc<RouteStatus>>>,
     /// Whether every configured route has a certificate (with keyed routes only: whether any
     /// has), and, with [`ClientAuth`](crate::ClientAuth), a client CA is trusted; what
     /// [`Reloader::ready`](crate::Reloader::ready) waits for.

@@ -243,16 +243,20 @@ impl Apply for Server {
                 s.client_ca_error = error;
             }
             s.ready = ready;
-            for label in &removed {
-                s.routes.remove(label);
-            }
+            let mut named = Vec::with_capacity(routes.len());
             for (label, status) in routes {
                 match label {
                     None => s.set_default(&status),
-                    Some(label) => {
-                        s.routes.insert(label, status);
-                    }
+                    Some(label) => named.push((label, status)),
                 }
+            }
+            if !removed.is_empty() || !named.is_empty() {
+                // Copied only if a reader still holds a snapshot of it (once per snapshot).
+                let map = Arc::make_mut(&mut s.routes);
+                for label in &removed {
+                    map.remove(label);
+                }
+                map.extend(named);
             }
             modified
         });
