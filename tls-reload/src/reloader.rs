@@ -479,18 +479,17 @@ impl Reloader {
     /// Cancellation safe.
     pub async fn ready(&self) -> Result<(), NotReady> {
         let mut rx = self.status.clone();
-        // Read in place: a status of many routes is not copied to say whether it is ready.
-        let outcome = rx.wait_for(|s| s.ready || !s.running).await.map(|s| {
-            if s.ready {
-                Ok(())
-            } else {
-                Err(first_error(&s))
-            }
-        });
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(last_error)) => Err(NotReady::Stopped { last_error }),
-            Err(_) => Err(NotReady::Stopped { last_error: None }),
+        let status = rx
+            .wait_for(|s| s.ready || !s.running)
+            .await
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        if status.ready {
+            Ok(())
+        } else {
+            Err(NotReady::Stopped {
+                last_error: first_error(&status),
+            })
         }
     }
 
@@ -533,12 +532,12 @@ impl Reloader {
     pub async fn ready_or_first_error(&self, timeout: Duration) -> Result<(), NotReady> {
         let mut status = self.status.clone();
         let failed = async {
-            let error = status
+            let status = status
                 .wait_for(|s| s.ready || s.last_error.is_some() || !s.running)
                 .await
-                .ok()
-                .and_then(|s| s.last_error.clone());
-            match error {
+                .map(|s| s.clone())
+                .unwrap_or_default();
+            match status.last_error {
                 Some(error) => Err(NotReady::Failed { error }),
                 None => Ok(()),
             }

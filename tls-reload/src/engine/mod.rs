@@ -350,11 +350,12 @@ impl Engine {
     fn armed_at(&self, due: Due) -> Option<SystemTime> {
         match due {
             Due::Retry(id) => self.routes.get(id)?.retry.as_ref().map(|retry| retry.0),
-            Due::Expiring(id) => self.routes.get(id)?.expiring_at,
-            Due::Expired(id) => {
-                let route = self.routes.get(id)?;
-                route.expired_at.filter(|_| route.expired_armed())
-            }
+            Due::Expiring(id) | Due::Expired(id) => self
+                .routes
+                .get(id)?
+                .expiry_timer(id)
+                .filter(|(armed, _)| *armed == due)
+                .map(|(_, at)| at),
             Due::TrustLeaves => self.trust.as_ref()?.next_leave().map(past),
         }
     }
@@ -385,8 +386,8 @@ impl Engine {
         };
         route.expiring_at = None;
         // Now the expiry's timer.
-        if let Some(at) = route.expired_at {
-            self.out.push(Effect::Arm(Due::Expired(id), at));
+        if let Some((due, at)) = route.expiry_timer(id) {
+            self.out.push(Effect::Arm(due, at));
         }
         route.status_mut().expiring = true;
         if let Some(info) = route.status.current.clone() {
@@ -461,11 +462,8 @@ impl Engine {
         if route.retry.is_some() {
             self.out.push(Effect::Cancel(Due::Retry(id)));
         }
-        if route.expiring_at.is_some() {
-            self.out.push(Effect::Cancel(Due::Expiring(id)));
-        }
-        if route.expired_armed() {
-            self.out.push(Effect::Cancel(Due::Expired(id)));
+        if let Some((due, _)) = route.expiry_timer(id) {
+            self.out.push(Effect::Cancel(due));
         }
         let label = route.label.clone().unwrap_or_else(|| Label::from(key));
         self.event(Event::RouteRemoved {
@@ -486,10 +484,8 @@ impl Engine {
         };
         if route.installed.as_ref().map(|(d, _)| *d) == Some(bundle.digest()) {
             // The same material again, e.g. after a transient error: a recovery, not a rotation.
-            if !route.status.expired
-                && route.status.last_error.is_some()
-                && route.status_mut().last_error.take().is_some()
-            {
+            if !route.status.expired && route.status.last_error.is_some() {
+                route.status_mut().last_error = None;
                 let keyed = matches!(route.kind, Kind::Keyed);
                 let (route, origin) = (route.label.clone(), bundle.origin().clone());
                 self.event(Event::Recovered {
@@ -566,24 +562,18 @@ impl Engine {
         let expiring_at = info.not_after.checked_sub(window).filter(|at| *at >= now);
         let expired = Validity::at(now, info.not_before, info.not_after) == Validity::Expired;
         let expired_at = (!expired).then(|| past(info.not_after));
-        let armed_now = match (expiring_at, expired_at) {
-            (Some(at), _) => Some((Due::Expiring(id), at)),
-            (None, Some(at)) => Some((Due::Expired(id), at)),
-            (None, None) => None,
-        };
-        for (due, armed) in [
-            (Due::Expiring(id), route.expiring_at.is_some()),
-            (Due::Expired(id), route.expired_armed()),
-        ] {
-            if armed && armed_now.is_none_or(|(now_due, _)| now_due != due) {
-                self.out.push(Effect::Cancel(due));
-            }
-        }
-        if let Some((due, at)) = armed_now {
-            self.out.push(Effect::Arm(due, at));
-        }
+        let before = route.expiry_timer(id);
         route.expiring_at = expiring_at;
         route.expired_at = expired_at;
+        let after = route.expiry_timer(id);
+        if let Some((due, _)) = before
+            && after.is_none_or(|(now, _)| now != due)
+        {
+            self.out.push(Effect::Cancel(due));
+        }
+        if let Some((due, at)) = after {
+            self.out.push(Effect::Arm(due, at));
+        }
         let names: Vec<RouteName> = if route.by_names() {
             info.dns_names
                 .iter()

@@ -11,7 +11,7 @@ use foldhash::fast::RandomState;
 use tls_source::{CertBundle, Digest};
 
 use super::events::Event;
-use super::{Label, RouteId};
+use super::{Due, Label, RouteId};
 use crate::status::RouteStatus;
 use crate::tls::{RouteName, Slot, Table};
 use crate::validate::Rule;
@@ -51,7 +51,7 @@ pub(crate) struct Route {
     /// When the installed certificate enters its warning window, while that timer is armed.
     pub(crate) expiring_at: Option<SystemTime>,
     /// When it expires, while that is still to come: its timer is armed once the warning's
-    /// has fired (one timer per route at a time, however many routes).
+    /// has fired (one timer per route at a time, however many routes: `expiry_timer`).
     pub(crate) expired_at: Option<SystemTime>,
     /// The keyed source it comes from.
     source: Option<usize>,
@@ -75,9 +75,14 @@ impl Route {
         Arc::make_mut(&mut self.status)
     }
 
-    /// Whether the expiry timer is armed (it waits for the warning's).
-    pub(crate) fn expired_armed(&self) -> bool {
-        self.expiring_at.is_none() && self.expired_at.is_some()
+    /// The one expiry timer of route `id` armed now, and its time: the warning's while it is
+    /// to come, then the expiry's.
+    pub(crate) fn expiry_timer(&self, id: RouteId) -> Option<(Due, SystemTime)> {
+        match (self.expiring_at, self.expired_at) {
+            (Some(at), _) => Some((Due::Expiring(id), at)),
+            (None, Some(at)) => Some((Due::Expired(id), at)),
+            (None, None) => None,
+        }
     }
 
     fn new(kind: Kind, label: Option<Label>, slot: Option<Arc<Slot>>) -> Self {
