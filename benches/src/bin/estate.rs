@@ -225,9 +225,9 @@ fn steal() -> Duration {
 }
 
 /// The share of the machine's CPU time stolen by the host over `wall`, in percent.
-fn stolen(stolen: Duration, wall: Duration) -> f64 {
+fn stolen(taken: Duration, wall: Duration) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    100.0 * stolen.as_secs_f64() / (wall.as_secs_f64() * cores).max(1e-9)
+    100.0 * taken.as_secs_f64() / (wall.as_secs_f64() * cores).max(1e-9)
 }
 
 /// The CPU time (user and system) the process has used.

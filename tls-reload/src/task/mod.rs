@@ -107,10 +107,10 @@ impl Inputs {
     }
 
     /// Drops every source, the pumped ones included, and waits until they are gone.
-    async fn stop(mut self) {
-        self.streams = SelectAll::new();
-        self.keyed.clear();
-        for pump in std::mem::take(&mut self.pumps) {
+    async fn stop(self) {
+        let Self { streams, pumps, .. } = self;
+        drop(streams);
+        for pump in pumps {
             pump.stop().await;
         }
     }
@@ -123,10 +123,9 @@ impl Pump {
     /// Aborts the task and waits until it is gone (and with it, its source).
     async fn stop(mut self) {
         self.0.abort();
-        let task = &mut self.0;
         // Its outcome says nothing new: it ended, was aborted, or its source's panic was
         // caught and reported as an input already.
-        let _ = task.await;
+        let _ = (&mut self.0).await;
     }
 }
 
