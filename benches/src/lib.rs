@@ -12,6 +12,27 @@ use tls_reload::Reloader;
 use tls_source::{CertBundle, Decoder, Origin};
 use tls_test::TestCert;
 
+/// The resident set of a process, in KiB (`pid`: `None` for this one), from `/proc`; 0 where
+/// there is no `/proc`.
+pub fn rss_kib(pid: Option<u32>) -> u64 {
+    let path = pid.map_or_else(
+        || "/proc/self/status".to_owned(),
+        |p| format!("/proc/{p}/status"),
+    );
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The median of `times` (the upper one of an even count); zero for none.
+pub fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times.get(times.len() / 2).copied().unwrap_or_default()
+}
+
 /// The crypto provider of every bench: ring, as the workspace's tests.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

@@ -247,15 +247,6 @@ fn cpu(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The time a plain HTTP client takes to fetch the label-selected list (the body read whole).
 async fn plain_list(addr: SocketAddr) -> (Duration, usize) {
     let path = format!(
@@ -265,11 +256,6 @@ async fn plain_list(addr: SocketAddr) -> (Duration, usize) {
     let start = Instant::now();
     let response = tls_test::plain_get(addr, &path).await.expect("list");
     (start.elapsed(), response.len())
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 fn ms(d: Duration) -> String {
@@ -393,7 +379,7 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
     assert_eq!(routes, n, "every Secret is a route in the status");
     // The resident set once settled.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_kib = rss_kib(server.child.id());
+    let rss_kib = benches::rss_kib(Some(server.child.id()));
 
     let mut rotate = Vec::new();
     let mut add = Vec::new();
@@ -456,7 +442,7 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
     drop(server);
     Figures {
         n,
-        list: median(lists),
+        list: benches::median(lists),
         list_bytes,
         ready,
         ready_cpu,
@@ -464,9 +450,9 @@ async fn measure(serve: &Path, n: usize, changes: usize, metrics: bool) -> Figur
         ready_stolen,
         rss_kib,
         material: emulator.material,
-        rotate: median(rotate),
-        add: median(add),
-        delete: median(delete),
+        rotate: benches::median(rotate),
+        add: benches::median(add),
+        delete: benches::median(delete),
         relist,
         relist_wrong,
         relist_probes,

@@ -16,15 +16,6 @@ static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
 
 const ROUTES: usize = 10_000;
 
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -51,13 +42,13 @@ fn main() {
     };
     // Alternate between three bundles that differ from the one installed each time.
     rotate(0, 100);
-    let after_100 = rss_kib();
+    let after_100 = benches::rss_kib(None);
     let rotations = std::env::var("ROTATIONS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(100_000);
     rotate(100, rotations);
-    let after_100k = rss_kib();
+    let after_100k = benches::rss_kib(None);
     let generation = fed.reloader.status().borrow().generation;
     println!("rotations: {generation} in {:.1?}", start.elapsed());
     println!("RSS after 100 rotations:     {after_100} KiB");

@@ -96,17 +96,12 @@ fn stored_holder(api: &KubeApi) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn show(label: &str, v: &[Duration]) {
     let mut sorted = v.to_vec();
     sorted.sort();
     println!(
         "{label}: median {:.1} ms, min {:.1} ms, max {:.1} ms ({} runs)",
-        median(sorted.clone()).as_secs_f64() * 1e3,
+        benches::median(sorted.clone()).as_secs_f64() * 1e3,
         sorted[0].as_secs_f64() * 1e3,
         sorted[sorted.len() - 1].as_secs_f64() * 1e3,
         sorted.len()
