@@ -273,7 +273,8 @@ impl KubeApi {
             .map(|(_, when)| *when)
     }
 
-    /// Ends every open watch stream, as a dropped connection or a load balancer time-out would.
+    /// Ends every open watch stream, as a dropped connection or a load balancer time-out would:
+    /// nothing written after this returns is sent on a stream that was open before it.
     pub fn close_watches(&self) {
         self.shared.close.send_modify(|n| *n += 1);
     }

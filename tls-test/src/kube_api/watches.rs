@@ -180,8 +180,11 @@ pub(super) fn watch_stream(
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return,
+                // A close comes first: nothing written after `close_watches` returned is sent
+                // on a stream open before it, as on a dropped connection.
+                biased;
                 _ = close.changed() => return,
+                () = tokio::time::sleep_until(deadline) => return,
                 () = tokio::time::sleep(BOOKMARK_EVERY), if bookmarks => {
                     let bookmark = json!({
                         "kind": kind, "apiVersion": api_version,
