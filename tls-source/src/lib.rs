@@ -16,6 +16,8 @@
 //! - [`FileSource`]: files, followed through Kubernetes-style `..data` symlink swaps, with a
 //!   notify fast path, a poll backstop and a manual [`Trigger`]; [`FileReader`] is its reading
 //!   half, for callers that schedule reads themselves.
+//! - [`inline`]: items handed to the consumer on the thread that produced them (the file
+//!   source's; the reload core installs a rotation there).
 //! - [`KeyedCertSource`]: many certificates under keys, put and removed (SNI routes).
 //! - [`clock`]: the one [`Clock`](clock::Clock) and validity rule of the workspace; a
 //!   `SteppedClock` for tests behind the `test-util` feature. [`Backoff`]: retry waits as a value.
@@ -46,6 +48,7 @@ mod dedup;
 mod error;
 mod fallback;
 mod file;
+pub mod inline;
 mod keyed;
 mod pem;
 mod trigger;
@@ -91,7 +94,9 @@ pub trait CertSource: Stream<Item = Result<CertBundle, Error>> + Send {}
 impl<S> CertSource for S where S: Stream<Item = Result<CertBundle, Error>> + Send {}
 
 /// A type-erased [`CertSource`], for sources chosen at run time.
-pub type BoxCertSource = Pin<Box<dyn CertSource + 'static>>;
+///
+/// A boxed [`FileSource`] can still be recognised by [`inline::attach`].
+pub type BoxCertSource = Pin<Box<dyn inline::AnySource>>;
 
 /// Combinators for [`CertSource`]s.
 pub trait CertSourceExt: CertSource {

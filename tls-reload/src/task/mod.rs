@@ -4,9 +4,11 @@
 //! through an [`Apply`]: the server's resolver and status ([`Server`]), or the client side's
 //! identity ([`ClientTls`](crate::ClientTls)).
 
+mod inline;
 mod timers;
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
@@ -55,20 +57,58 @@ const PUMP_AHEAD: usize = 2048;
 /// The sources, each item tagged with where it goes.
 #[derive(Default)]
 pub(crate) struct Inputs {
-    streams: SelectAll<BoxStream<'static, Input>>,
+    streams: SelectAll<BoxStream<'static, Numbered>>,
     /// Keyed sources not pumped yet: they start with the task (a built task may be run later,
     /// on the runtime that runs it).
     keyed: Vec<BoxStream<'static, Input>>,
     pumps: Vec<Pump>,
+    /// Each static route's inline hook, by route id ([`inline`]).
+    inline: inline::Routes,
+}
+
+/// An input and, for a static route's, its number among the items its source yielded (from
+/// 1; 0 for the other inputs): how the task tells which were handled inline.
+struct Numbered {
+    input: Input,
+    seq: u64,
+}
+
+impl From<Input> for Numbered {
+    fn from(input: Input) -> Self {
+        Self { input, seq: 0 }
+    }
 }
 
 impl Inputs {
-    /// The source of static route `id`; unchanged material is skipped once, here.
+    /// The source of static route `id` (routes are added in the order of their ids);
+    /// unchanged material is skipped once, here. A source that can hand its items over on
+    /// the thread that produced them ([`tls_source::inline::attach`]) is given the route's
+    /// hook.
     pub(crate) fn route(&mut self, id: usize, source: BoxCertSource) {
-        self.streams
-            .push(guarded(source.dedup(), Place::Route(id), move |item| {
-                Input::Route(id, item)
-            }));
+        debug_assert_eq!(id, self.inline.len(), "static routes are added in order");
+        let hook = Arc::new(inline::Route::default());
+        tls_source::inline::attach(&source, hook.clone());
+        self.inline.push(hook);
+        // Counted before `dedup`, as the source offers them: the item `dedup` passes on is
+        // the one it just received.
+        let received = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&received);
+        let counted = source
+            .inspect(move |_| {
+                counter.fetch_add(1, Ordering::Relaxed);
+            })
+            .dedup();
+        let tagged = guarded(counted, Place::Route(id), move |item| {
+            Input::Route(id, item)
+        });
+        self.streams.push(
+            tagged
+                .map(move |input| Numbered {
+                    input,
+                    seq: received.load(Ordering::Relaxed),
+                })
+                .boxed(),
+        );
     }
 
     /// Keyed source number `index`.
@@ -81,8 +121,11 @@ impl Inputs {
 
     /// The client-CA source of its own.
     pub(crate) fn trust(&mut self, source: BoxStream<'static, TrustItem>) {
-        self.streams
-            .push(guarded(source, Place::Trust, Input::Trust));
+        self.streams.push(
+            guarded(source, Place::Trust, Input::Trust)
+                .map(Numbered::from)
+                .boxed(),
+        );
     }
 
     /// Starts each keyed source on a task of its own, feeding the reload task through a
@@ -101,8 +144,11 @@ impl Inputs {
                 }
             });
             self.pumps.push(Pump(task));
-            self.streams
-                .push(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed());
+            self.streams.push(
+                futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+                    .map(Numbered::from)
+                    .boxed(),
+            );
         }
     }
 
@@ -265,6 +311,9 @@ impl Apply for Server {
 /// Runs `engine` until cancelled, `gone` (every handle is gone), or every source has ended.
 /// The engine's first effects (the static routes in the status) are applied before this
 /// returns, so a status read right after the build already lists every route.
+///
+/// The engine and `apply` are shared with the static routes' inline hooks ([`inline`]): a
+/// batch runs under their lock, here or on the thread that read a file.
 pub(crate) fn run<A: Apply + Send + 'static>(
     mut engine: Engine,
     mut inputs: Inputs,
@@ -277,17 +326,38 @@ pub(crate) fn run<A: Apply + Send + 'static>(
     let clock = Contained(clock);
     let mut timers = Timers::default();
     let effects = engine.start();
-    apply_all(effects, &mut apply, &mut timers, &clock);
+    let due = apply_effects(effects, &mut apply);
+    set_timers(due, &mut timers, &clock);
+    let shared = Arc::new(inline::Shared::new(engine, apply, clock));
     async move {
+        // Connected when the task runs: a built task that is never run installs nothing.
+        let offer: Arc<dyn inline::Offer> = shared.clone();
+        for (id, route) in inputs.inline.iter().enumerate() {
+            route.connect(Arc::downgrade(&offer), id);
+        }
+        drop(offer);
         inputs.start();
+        let clock = shared.clock();
         let ended = loop {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => break Ended::Cancelled,
                 () = gone.cancelled() => break Ended::HandlesDropped,
-                Some(due) = timers.next(&clock), if !timers.is_empty() => {
-                    let effects = engine.due(due, clock.now());
-                    apply_all(effects, &mut apply, &mut timers, &clock);
+                () = shared.wake.notified() => {
+                    let mut core = shared.lock();
+                    if let Some(message) = core.panicked.take() {
+                        break Ended::Panicked { message };
+                    }
+                    let due = std::mem::take(&mut core.timers);
+                    drop(core);
+                    set_timers(due, &mut timers, clock);
+                }
+                Some(due) = timers.next(clock), if !timers.is_empty() => {
+                    let mut core = shared.lock();
+                    let effects = core.engine.due(due, clock.now());
+                    let due = apply_effects(effects, &mut core.apply);
+                    drop(core);
+                    set_timers(due, &mut timers, clock);
                 }
                 item = inputs.streams.next() => {
                     let Some(first) = item else { break Ended::SourcesEnded };
@@ -303,29 +373,43 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                             None => break,
                         }
                     }
-                    let effects = match clock.read() {
-                        Ok(now) => engine.batch(batch, now),
-                        Err(message) => engine.unjudged(batch, &message, SystemTime::now()),
-                    };
-                    apply_all(effects, &mut apply, &mut timers, &clock);
+                    let mut core = shared.lock();
+                    // What was handled on the thread that read it (or superseded there).
+                    let batch: Vec<Input> = batch
+                        .into_iter()
+                        .filter(|item| match item.input {
+                            Input::Route(id, _) => !inputs.inline[id].handled(item.seq),
+                            _ => true,
+                        })
+                        .map(|item| item.input)
+                        .collect();
+                    if !batch.is_empty() {
+                        let effects = match clock.read() {
+                            Ok(now) => core.engine.batch(batch, now),
+                            Err(message) => core.engine.unjudged(batch, &message, SystemTime::now()),
+                        };
+                        let due = apply_effects(effects, &mut core.apply);
+                        drop(core);
+                        set_timers(due, &mut timers, clock);
+                    }
                     if ended {
                         break Ended::SourcesEnded;
                     }
                 }
             }
         };
+        // No more inline batches: what the task ended with stays what is served.
+        shared.lock().open = false;
         // The sources go first, so that "ended" means "dropped its sources".
         inputs.stop().await;
         ended
     }
 }
 
-fn apply_all<A: Apply>(
-    effects: Vec<Effect>,
-    apply: &mut A,
-    timers: &mut Timers,
-    clock: &dyn Clock,
-) {
+/// Applies `effects` through `apply`, in order, but for the timers': those are returned, for
+/// the task's [`Timers`] ([`set_timers`]).
+fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A) -> Vec<Effect> {
+    let mut due = Vec::new();
     for effect in effects {
         match effect {
             Effect::Install { slot, validated } => apply.install(slot.as_ref(), &validated),
@@ -333,9 +417,20 @@ fn apply_all<A: Apply>(
             Effect::TableEdit(edits) => apply.table_edit(&edits),
             Effect::Trust { roots, invalidate } => apply.trust(&roots, invalidate),
             Effect::Publish(publish) => apply.publish(publish),
+            Effect::Event(event) => event.emit(A::METRICS),
+            Effect::Arm(..) | Effect::Cancel(_) => due.push(effect),
+        }
+    }
+    due
+}
+
+/// Arms and cancels the timers `apply_effects` returned.
+fn set_timers(effects: Vec<Effect>, timers: &mut Timers, clock: &dyn Clock) {
+    for effect in effects {
+        match effect {
             Effect::Arm(due, at) => timers.arm(due, at, clock),
             Effect::Cancel(due) => timers.cancel(due),
-            Effect::Event(event) => event.emit(A::METRICS),
+            _ => debug_assert!(false, "only timer effects are left for the task"),
         }
     }
 }
@@ -343,7 +438,7 @@ fn apply_all<A: Apply>(
 /// The validator's clock, with a panic in it contained: a clock is code of the user's, read
 /// outside the engine's own containment.
 #[derive(Debug)]
-struct Contained(Arc<dyn Clock>);
+pub(crate) struct Contained(Arc<dyn Clock>);
 
 impl Contained {
     fn read(&self) -> Result<SystemTime, String> {

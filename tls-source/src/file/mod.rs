@@ -7,7 +7,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
 use rustls_pki_types::CertificateDer;
 
+use crate::inline::Inline;
 use crate::{CertBundle, Decoder, Error, Trigger};
 
 mod read;
@@ -124,6 +125,9 @@ struct Config {
     decoder: Decoder,
     /// A [`CaFileSource`]: certificates only, no key.
     certificates_only: bool,
+    /// Offered every item on the reading thread before it is sent ([`crate::inline`]). Set
+    /// on the built source only: a builder's clone starts without one.
+    inline: OnceLock<Arc<dyn Inline>>,
 }
 
 // ===== impl FileSourceBuilder =====
@@ -214,6 +218,7 @@ impl FileSource {
                 in_place_quiet: DEFAULT_IN_PLACE_QUIET,
                 decoder: Decoder::new(),
                 certificates_only: false,
+                inline: OnceLock::new(),
             },
         }
     }
@@ -223,6 +228,11 @@ impl FileSource {
     pub fn kubernetes_dir(dir: impl AsRef<Path>) -> FileSourceBuilder {
         let dir = dir.as_ref();
         Self::builder(dir.join("tls.crt"), dir.join("tls.key")).ca_if_present(dir.join("ca.crt"))
+    }
+
+    /// Takes the consumer's [`Inline`] hook (see [`crate::inline::attach`]).
+    pub(crate) fn attach(&self, hook: Arc<dyn Inline>) -> bool {
+        self.config.inline.set(hook).is_ok()
     }
 
     /// A handle that forces a read now, bypassing the unchanged-input check, e.g. from a SIGHUP

@@ -4,7 +4,6 @@
 //! it found down one channel while it holds the reader, so what it found arrives in the order
 //! the reads happened and a slower, older read never overtakes a newer one.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,38 +63,71 @@ enum Found {
     },
     /// What to watch as the layout stood at that read (with notify on).
     Layout(Targets),
-    Panicked(Box<dyn Any + Send>),
 }
 
 impl Reads {
     /// Reads the files on the calling thread, which must not be a runtime worker, and sends
-    /// what it found. If the source is gone, it is discarded.
+    /// what it found. If the source is gone, it is discarded. Each item is offered to the
+    /// consumer's [`Inline`](crate::inline::Inline) hook first, if it attached one.
     fn read_here(&self, force: bool) {
+        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
         let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
             let item = reader.read(force);
-            let found = item.is_some();
-            let _ = self.found.send(Found::Read {
-                item,
-                settling: reader.settling(),
-                starved: reader.starved(),
-            });
-            if found {
-                // The consumer was just woken, maybe onto this very core: let it take the item
-                // before this thread works out the layout (stat calls on every directory of
-                // it), which would otherwise run first and delay the install.
-                std::thread::yield_now();
+            (item, reader.settling(), reader.starved())
+        }));
+        let (item, settling, starved) = read.unwrap_or_else(|panic| {
+            // One read panicked (a bug): reported as that read's error; the next poll or
+            // event reads again, and the stream goes on.
+            let message = crate::panic_message(panic.as_ref());
+            let cert = self.config.cert.display();
+            tracing::error!(cert = %cert, panic = %message, "reading the certificate files panicked; reading again at the next poll");
+            let error = crate::Error::source(
+                format!("files {cert}"),
+                format!("internal error: the read panicked: {message}"),
+            );
+            (Some(Err(error)), None, false)
+        });
+        let found = item.is_some();
+        if let (Some(item), Some(hook)) = (&item, self.config.inline.get()) {
+            // Still holding the reader: offers come one at a time, in the order of the items.
+            let offered = std::panic::catch_unwind(AssertUnwindSafe(|| match item {
+                Ok(Decoded::Bundle(bundle)) => hook.offer(Ok(bundle)),
+                Ok(Decoded::Certificates(_)) => {}
+                Err(err) => hook.offer(Err(err)),
+            }));
+            if let Err(panic) = offered {
+                let message = crate::panic_message(panic.as_ref());
+                tracing::error!(panic = %message, "the consumer's inline hook panicked");
             }
-            if self.config.notify {
+        }
+        let _ = self.found.send(Found::Read {
+            item,
+            settling,
+            starved,
+        });
+        if found {
+            // The consumer was just woken, maybe onto this very core: let it take the item
+            // before this thread works out the layout (stat calls on every directory of
+            // it), which would otherwise run first and delay the install.
+            std::thread::yield_now();
+        }
+        if self.config.notify {
+            let targets = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let mut targets = watch::targets(&self.config);
                 *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
                     std::mem::take(&mut targets.relevant);
+                targets
+            }));
+            match targets {
                 // Still holding the reader: layouts arrive in the order of their reads.
-                let _ = self.found.send(Found::Layout(targets));
+                Ok(targets) => {
+                    let _ = self.found.send(Found::Layout(targets));
+                }
+                Err(panic) => {
+                    let message = crate::panic_message(panic.as_ref());
+                    tracing::error!(cert = %self.config.cert.display(), panic = %message, "working out the files' layout panicked; the watch stays as it was until the next read");
+                }
             }
-        }));
-        if let Err(panic) = read {
-            let _ = self.found.send(Found::Panicked(panic));
         }
     }
 
@@ -186,16 +218,6 @@ impl Running {
                         self.reads.spawn(false);
                     }
                     None
-                }
-                // One read panicked (a bug): reported as that read's error; the next poll or
-                // event reads again, and the stream goes on.
-                Found::Panicked(panic) => {
-                    let message = crate::panic_message(panic.as_ref());
-                    tracing::error!(cert = %self.reads.config.cert.display(), panic = %message, "reading the certificate files panicked; reading again at the next poll");
-                    Some(Err(crate::Error::source(
-                        format!("files {}", self.reads.config.cert.display()),
-                        format!("internal error: the read panicked: {message}"),
-                    )))
                 }
             },
             () = self.trigger.notified() => {
