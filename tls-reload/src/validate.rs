@@ -189,7 +189,7 @@ impl Validator {
             })
         };
         let parsed = parse(leaf, "the leaf")?;
-        let certified = tls::certify(bundle, &self.provider)?;
+        let certified = tls::certify(bundle, &parsed.spki_der, &self.provider)?;
         match Validity::at(now, parsed.not_before, parsed.not_after) {
             Validity::Expired if self.policy.rejects_expired() => {
                 return Err(Error::Expired {
@@ -232,22 +232,28 @@ impl Validator {
             }
         }
         if self.policy.checks_chain_order() {
-            let (mut subject, mut issuer) = (parsed.subject.clone(), parsed.issuer.clone());
+            // Names as DER only (a shallow parse); the readable names only for the message.
             let mut issuer_der = parsed.issuer_der.clone();
             for (position, cert) in chain.iter().enumerate().skip(1) {
-                let next = parse(cert, &format!("certificate {position} of the chain"))?;
-                if next.subject_der != issuer_der {
+                let (subject_der, next_issuer) =
+                    LeafInfo::names_der(cert).map_err(|e| Error::Parse {
+                        origin: origin.clone(),
+                        reason: format!("certificate {position} of the chain: {e}"),
+                    })?;
+                if subject_der != issuer_der {
+                    let names = |der: &[u8]| LeafInfo::parse(der).map(|c| (c.subject, c.issuer));
+                    let (subject, issuer) = names(&chain[position - 1]).unwrap_or_default();
+                    let (next, _) = names(cert).unwrap_or_default();
                     return Err(Error::ChainOrder {
                         origin: origin.clone(),
                         position: position - 1,
                         link: format!(
-                            "certificate {} ({subject}, issued by {issuer}) is followed by {}",
+                            "certificate {} ({subject}, issued by {issuer}) is followed by {next}",
                             position - 1,
-                            next.subject
                         ),
                     });
                 }
-                (subject, issuer, issuer_der) = (next.subject, next.issuer, next.issuer_der);
+                issuer_der = next_issuer;
             }
         }
         let roots = match self.policy.roots() {

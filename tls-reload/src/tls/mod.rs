@@ -22,9 +22,12 @@ pub(crate) use sni::{RouteName, Slot, Table, TableEdit};
 
 use crate::{Error, Purpose};
 
-/// Loads the bundle's key with `provider` and checks that it matches the leaf.
+/// Loads the bundle's key with `provider` and checks that it matches the leaf, whose
+/// `SubjectPublicKeyInfo` (DER) the caller has parsed already: what rustls's
+/// `CertifiedKey::keys_match` compares, without parsing the leaf once more.
 pub(crate) fn certify(
     bundle: &CertBundle,
+    leaf_spki: &[u8],
     provider: &CryptoProvider,
 ) -> Result<Arc<CertifiedKey>, Error> {
     let key = provider
@@ -34,28 +37,21 @@ pub(crate) fn certify(
             origin: bundle.origin().clone(),
             source: Box::new(source),
         })?;
-    let certified = CertifiedKey::new(bundle.chain().to_vec(), key);
-    match certified.keys_match() {
-        Ok(()) => {}
-        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+    match key.public_key() {
+        Some(spki) if spki.as_ref() == leaf_spki => {}
+        Some(_) => {
+            return Err(Error::KeyMismatch {
+                origin: bundle.origin().clone(),
+            });
+        }
+        None => {
             tracing::warn!(
                 origin = %bundle.origin(),
                 "the crypto provider cannot tell whether this key matches its certificate; installing it unchecked"
             );
         }
-        Err(rustls::Error::InconsistentKeys(_)) => {
-            return Err(Error::KeyMismatch {
-                origin: bundle.origin().clone(),
-            });
-        }
-        Err(other) => {
-            return Err(Error::Parse {
-                origin: bundle.origin().clone(),
-                reason: other.to_string(),
-            });
-        }
     }
-    Ok(Arc::new(certified))
+    Ok(Arc::new(CertifiedKey::new(bundle.chain().to_vec(), key)))
 }
 
 /// Verifies the bundle's chain against `roots` for `purpose` at `now`, with webpki (rustls's
