@@ -145,3 +145,53 @@ async fn chain_and_ca_are_served_and_reported() {
         info.origin
     );
 }
+
+/// With a file source, a rotation is installed on the thread that read the files: a
+/// runtime whose only thread is busy (here: blocked by this test, so the reload task cannot
+/// run at all) still serves the new certificate, and its status says so.
+#[test]
+fn a_kubelet_swap_is_served_while_the_runtime_is_blocked() {
+    use std::time::{Duration, Instant};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ca = TestCa::new("blocked runtime");
+    let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
+    let dir = tempfile::tempdir().unwrap();
+    let kube = tls_test::KubeDir::new(dir.path().join("tls")).unwrap();
+    write_kube(&kube, &a);
+    let reloader = runtime.block_on(async {
+        let reloader = tls_reload::Reloader::builder()
+            .crypto_provider(common::provider())
+            .spawn(common::source(&kube, Mode::Notify))
+            .unwrap();
+        common::patiently("the first certificate", reloader.ready())
+            .await
+            .unwrap();
+        // Let the file source set its watches up (a read's layout is followed on the task).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        reloader
+    });
+    let resolver = reloader.resolver();
+    let served = |cert: &tls_test::TestCert| {
+        resolver
+            .current()
+            .is_some_and(|k| k.cert[0] == cert.cert_der)
+    };
+    assert!(served(&a));
+    // From here on the runtime's one thread is this one, and it never yields to the runtime.
+    write_kube(&kube, &b);
+    let since = Instant::now();
+    while !served(&b) {
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the rotation waited for the runtime"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let status = reloader.status().borrow().clone();
+    assert_eq!(status.generation, 2);
+    assert_eq!(common::installed(&status), Some(b.fingerprint.as_str()));
+    drop(runtime);
+}
