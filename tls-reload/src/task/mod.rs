@@ -354,10 +354,12 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                 }
                 Some(due) = timers.next(clock), if !timers.is_empty() => {
                     let mut core = shared.lock();
+                    // Inline batches' timers first: they happened before this one.
+                    let mut pending = std::mem::take(&mut core.timers);
                     let effects = core.engine.due(due, clock.now());
-                    let due = apply_effects(effects, &mut core.apply);
+                    pending.extend(apply_effects(effects, &mut core.apply));
                     drop(core);
-                    set_timers(due, &mut timers, clock);
+                    set_timers(pending, &mut timers, clock);
                 }
                 item = inputs.streams.next() => {
                     let Some(first) = item else { break Ended::SourcesEnded };
@@ -388,9 +390,11 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                             Ok(now) => core.engine.batch(batch, now),
                             Err(message) => core.engine.unjudged(batch, &message, SystemTime::now()),
                         };
-                        let due = apply_effects(effects, &mut core.apply);
+                        // Inline batches' timers first: they happened before this one.
+                        let mut pending = std::mem::take(&mut core.timers);
+                        pending.extend(apply_effects(effects, &mut core.apply));
                         drop(core);
-                        set_timers(due, &mut timers, clock);
+                        set_timers(pending, &mut timers, clock);
                     }
                     if ended {
                         break Ended::SourcesEnded;
