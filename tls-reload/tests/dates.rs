@@ -50,6 +50,33 @@ async fn a_certificate_valid_until_9999_is_served_not_expiring_and_rotated_after
     running_and_rotating(&h.status());
 }
 
+/// The widest validity there is, installed on the file watcher's thread (the inline path): its
+/// expiry timers go to the task, which arms them clamped and keeps rotating.
+#[tokio::test]
+async fn a_certificate_valid_from_1950_to_9999_is_served_and_rotated_after() {
+    let ca = TestCa::new("dates");
+    let first = ca.leaf(&["localhost"]);
+    let h = Harness::kube(&first, Mode::Notify).await;
+
+    let widest = ca.leaf_valid(&["localhost"], new_year(1950), end_of_time());
+    write_kube(&h.kube, &widest);
+    h.expect_served(&widest).await;
+    let status = h.status();
+    running_and_rotating(&status);
+    assert!(!status.expiring && !status.expired, "{status:#?}");
+    let current = status.current.as_ref().unwrap();
+    assert_eq!(
+        (current.not_before, current.not_after),
+        (new_year(1950), end_of_time())
+    );
+
+    let next = ca.leaf(&["localhost"]);
+    write_kube(&h.kube, &next);
+    h.expect_served(&next).await;
+    running_and_rotating(&h.status());
+    assert_eq!(installed(&h.status()), Some(next.fingerprint.as_str()));
+}
+
 #[tokio::test]
 async fn a_certificate_from_1950_to_2049_is_served_with_its_dates() {
     let ca = TestCa::new("dates");

@@ -177,14 +177,17 @@ pub(super) fn watch_stream(
                 last = last.max(rv);
             }
         }
-        let deadline = tokio::time::Instant::now() + timeout;
+        // `sleep` saturates a timeout past what the clock can add (any `timeoutSeconds` a
+        // client sends), where `now() + timeout` would panic.
+        let ended = tokio::time::sleep(timeout);
+        tokio::pin!(ended);
         loop {
             tokio::select! {
                 // A close comes first: nothing written after `close_watches` returned is sent
                 // on a stream open before it, as on a dropped connection.
                 biased;
                 _ = close.changed() => return,
-                () = tokio::time::sleep_until(deadline) => return,
+                () = &mut ended => return,
                 () = tokio::time::sleep(BOOKMARK_EVERY), if bookmarks => {
                     let bookmark = json!({
                         "kind": kind, "apiVersion": api_version,
