@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use x509_parser::certificate::X509CertificateParser;
 use x509_parser::extensions::GeneralName;
 use x509_parser::nom::Parser as _;
-use x509_parser::prelude::{FromDer as _, X509Certificate};
+use x509_parser::prelude::X509Certificate;
 
 /// The parts of an X.509 certificate that rotation cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,10 +80,7 @@ impl LeafInfo {
     /// [`InvalidCertificate`] for anything but one well-formed certificate.
     pub fn parse(der: &[u8]) -> Result<Self, InvalidCertificate> {
         let invalid = |reason: String| InvalidCertificate { reason };
-        let (rest, cert) = X509Certificate::from_der(der).map_err(|e| invalid(e.to_string()))?;
-        if !rest.is_empty() {
-            return Err(invalid("trailing bytes after the certificate".to_owned()));
-        }
+        let cert = certificate(der, true)?;
         let mut dns_names = Vec::new();
         let mut ip_addresses = Vec::new();
         let san = cert
@@ -143,14 +140,7 @@ impl LeafInfo {
     /// # Errors
     /// [`InvalidCertificate`] for anything but one well-formed certificate.
     pub fn names_der(der: &[u8]) -> Result<(Vec<u8>, Vec<u8>), InvalidCertificate> {
-        let invalid = |reason: String| InvalidCertificate { reason };
-        let (rest, cert) = X509CertificateParser::new()
-            .with_deep_parse_extensions(false)
-            .parse(der)
-            .map_err(|e| invalid(e.to_string()))?;
-        if !rest.is_empty() {
-            return Err(invalid("trailing bytes after the certificate".to_owned()));
-        }
+        let cert = certificate(der, false)?;
         Ok((
             cert.subject().as_raw().to_vec(),
             cert.issuer().as_raw().to_vec(),
@@ -188,6 +178,19 @@ impl LeafInfo {
                 })
         })
     }
+}
+
+/// Exactly one certificate in `der`; its extensions decoded only with `deep`.
+fn certificate(der: &[u8], deep: bool) -> Result<X509Certificate<'_>, InvalidCertificate> {
+    let invalid = |reason: String| InvalidCertificate { reason };
+    let (rest, cert) = X509CertificateParser::new()
+        .with_deep_parse_extensions(deep)
+        .parse(der)
+        .map_err(|e| invalid(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(invalid("trailing bytes after the certificate".to_owned()));
+    }
+    Ok(cert)
 }
 
 fn from_unix(secs: i64) -> SystemTime {

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use tls_source::{CertBundle, panic_message};
 use tokio::sync::Notify;
 
-use super::{Apply, Contained, apply_effects};
-use crate::engine::{Effect, Engine, Input};
+use super::{Apply, Contained, Timing, apply_effects};
+use crate::engine::{Engine, Input};
 
 /// A static route's end of the hook: what its source offered and what was handled inline.
 #[derive(Debug, Default)]
@@ -78,7 +78,7 @@ pub(crate) struct Core<A> {
     pub(crate) engine: Engine,
     pub(crate) apply: A,
     /// Timer effects of inline batches, for the task to apply.
-    pub(crate) timers: Vec<Effect>,
+    pub(crate) timers: Vec<Timing>,
     /// Inline batches are taken until the task stops its sources.
     pub(crate) open: bool,
     /// An inline batch panicked outside the engine's own containment: the task ends with it.

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client_auth::{TrustConfig, TrustItem};
-use crate::engine::{Effect, Engine, Input, Kind, Place, Publish, TrustSet};
+use crate::engine::{Due, Effect, Engine, Input, Kind, Place, Publish, TrustSet};
 use crate::status::Ended;
 use crate::tls::{CertResolver, RouteName, Slot, Table, TableEdit};
 use crate::{Status, Validated, Validator};
@@ -410,9 +410,15 @@ pub(crate) fn run<A: Apply + Send + 'static>(
     }
 }
 
+/// A timer to arm or cancel, left by [`apply_effects`] for the task's [`Timers`].
+pub(crate) enum Timing {
+    Arm(Due, SystemTime),
+    Cancel(Due),
+}
+
 /// Applies `effects` through `apply`, in order, but for the timers': those are returned, for
 /// the task's [`Timers`] ([`set_timers`]).
-fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A) -> Vec<Effect> {
+fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A) -> Vec<Timing> {
     let mut due = Vec::new();
     for effect in effects {
         match effect {
@@ -422,19 +428,19 @@ fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A) -> Vec<Effect> {
             Effect::Trust { roots, invalidate } => apply.trust(&roots, invalidate),
             Effect::Publish(publish) => apply.publish(publish),
             Effect::Event(event) => event.emit(A::METRICS),
-            Effect::Arm(..) | Effect::Cancel(_) => due.push(effect),
+            Effect::Arm(timer, at) => due.push(Timing::Arm(timer, at)),
+            Effect::Cancel(timer) => due.push(Timing::Cancel(timer)),
         }
     }
     due
 }
 
-/// Arms and cancels the timers `apply_effects` returned.
-fn set_timers(effects: Vec<Effect>, timers: &mut Timers, clock: &dyn Clock) {
-    for effect in effects {
-        match effect {
-            Effect::Arm(due, at) => timers.arm(due, at, clock),
-            Effect::Cancel(due) => timers.cancel(due),
-            _ => debug_assert!(false, "only timer effects are left for the task"),
+/// Arms and cancels the timers [`apply_effects`] returned.
+fn set_timers(timings: Vec<Timing>, timers: &mut Timers, clock: &dyn Clock) {
+    for timing in timings {
+        match timing {
+            Timing::Arm(due, at) => timers.arm(due, at, clock),
+            Timing::Cancel(due) => timers.cancel(due),
         }
     }
 }
