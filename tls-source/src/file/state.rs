@@ -105,10 +105,11 @@ impl Reads {
             settling,
             starved,
         });
-        if found {
+        if found && self.config.inline.get().is_none() {
             // The consumer was just woken, maybe onto this very core: let it take the item
             // before this thread works out the layout (stat calls on every directory of
-            // it), which would otherwise run first and delay the install.
+            // it), which would otherwise run first and delay the install. (A consumer with
+            // an inline hook has installed it already.)
             std::thread::yield_now();
         }
         if self.config.notify {
