@@ -190,7 +190,18 @@ fn a_kubelet_swap_is_served_while_the_runtime_is_blocked() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    let status = reloader.status().borrow().clone();
+    // The status is published right after the install, on the same thread.
+    let status = loop {
+        let status = reloader.status().borrow().clone();
+        if status.generation >= 2 {
+            break status;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the status waited for the runtime: {status:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
     assert_eq!(status.generation, 2);
     assert_eq!(common::installed(&status), Some(b.fingerprint.as_str()));
     drop(runtime);
