@@ -9,7 +9,8 @@
 //!   older than a compaction answers 410 Expired); watch streams of JSON events
 //!   (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`), resumable from a `resourceVersion`,
 //!   filtered by `fieldSelector` (`metadata.name`, `metadata.namespace`) and `labelSelector`
-//!   (`k=v`, `k==v`, `k!=v`, `k`, `!k`), ended after `timeoutSeconds` (any value: one past what the clock can add never ends it);
+//!   (`k=v`, `k==v`, `k!=v`, `k`, `!k`), ended after `timeoutSeconds` (any value: one past
+//!   what the clock can add never ends it);
 //! - create, update and patch (JSON merge patch) with `resourceVersion` preconditions (409
 //!   Conflict), delete; resourceVersions that only grow, across restarts too.
 //!
