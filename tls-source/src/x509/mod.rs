@@ -12,6 +12,8 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::nom::Parser as _;
 use x509_parser::prelude::X509Certificate;
 
+mod lean;
+
 /// The parts of an X.509 certificate that rotation cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -79,53 +81,12 @@ impl LeafInfo {
     /// # Errors
     /// [`InvalidCertificate`] for anything but one well-formed certificate.
     pub fn parse(der: &[u8]) -> Result<Self, InvalidCertificate> {
-        let invalid = |reason: String| InvalidCertificate { reason };
-        let cert = certificate(der, true)?;
-        let mut dns_names = Vec::new();
-        let mut ip_addresses = Vec::new();
-        let san = cert
-            .subject_alternative_name()
-            .map_err(|e| invalid(format!("subject alternative names: {e}")))?;
-        for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
-            match name {
-                GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
-                GeneralName::IPAddress(bytes) => {
-                    if let Ok(v4) = <[u8; 4]>::try_from(*bytes) {
-                        ip_addresses.push(IpAddr::from(v4));
-                    } else if let Ok(v6) = <[u8; 16]>::try_from(*bytes) {
-                        ip_addresses.push(IpAddr::from(v6));
-                    }
-                }
-                _ => {}
-            }
-        }
-        let extended_key_usage = cert
-            .extended_key_usage()
-            .map_err(|e| invalid(format!("extended key usage: {e}")))?
-            .map(|eku| ExtendedKeyUsage {
-                server_auth: eku.value.server_auth,
-                client_auth: eku.value.client_auth,
-                any: eku.value.any,
-            });
-        let validity = cert.validity();
-        Ok(Self {
-            subject: cert.subject().to_string(),
-            dns_names,
-            ip_addresses,
-            not_before: from_unix(validity.not_before.timestamp()),
-            not_after: from_unix(validity.not_after.timestamp()),
-            spki_der: cert.public_key().raw.to_vec(),
-            is_ca: cert.is_ca(),
-            issuer: cert.issuer().to_string(),
-            subject_der: cert.subject().as_raw().to_vec(),
-            issuer_der: cert.issuer().as_raw().to_vec(),
-            extended_key_usage,
-        })
+        lean::parse(der).map_or_else(|| full(der), Ok)
     }
 
-    /// A certificate's subject and issuer names as DER, from a shallow parse (its extensions
-    /// are split but not decoded): what a chain-order check compares, for a fraction of
-    /// [`parse`](Self::parse)'s cost.
+    /// A certificate's subject and issuer names as DER: what a chain-order check compares.
+    /// Read as [`parse`](Self::parse) reads a certificate; what its lean reader declines gets
+    /// a shallow parse by x509-parser (extensions split but not decoded).
     ///
     /// ```
     /// # let ca = tls_test::TestCa::new("doc");
@@ -140,6 +101,9 @@ impl LeafInfo {
     /// # Errors
     /// [`InvalidCertificate`] for anything but one well-formed certificate.
     pub fn names_der(der: &[u8]) -> Result<(Vec<u8>, Vec<u8>), InvalidCertificate> {
+        if let Some(info) = lean::parse(der) {
+            return Ok((info.subject_der, info.issuer_der));
+        }
         let cert = certificate(der, false)?;
         Ok((
             cert.subject().as_raw().to_vec(),
@@ -180,6 +144,53 @@ impl LeafInfo {
     }
 }
 
+/// [`LeafInfo::parse`] by x509-parser: for what the [`lean`] reader declines, with the error
+/// message when the certificate is not valid.
+fn full(der: &[u8]) -> Result<LeafInfo, InvalidCertificate> {
+    let invalid = |reason: String| InvalidCertificate { reason };
+    let cert = certificate(der, true)?;
+    let mut dns_names = Vec::new();
+    let mut ip_addresses = Vec::new();
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| invalid(format!("subject alternative names: {e}")))?;
+    for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
+        match name {
+            GeneralName::DNSName(dns) => dns_names.push((*dns).to_owned()),
+            GeneralName::IPAddress(bytes) => {
+                if let Ok(v4) = <[u8; 4]>::try_from(*bytes) {
+                    ip_addresses.push(IpAddr::from(v4));
+                } else if let Ok(v6) = <[u8; 16]>::try_from(*bytes) {
+                    ip_addresses.push(IpAddr::from(v6));
+                }
+            }
+            _ => {}
+        }
+    }
+    let extended_key_usage = cert
+        .extended_key_usage()
+        .map_err(|e| invalid(format!("extended key usage: {e}")))?
+        .map(|eku| ExtendedKeyUsage {
+            server_auth: eku.value.server_auth,
+            client_auth: eku.value.client_auth,
+            any: eku.value.any,
+        });
+    let validity = cert.validity();
+    Ok(LeafInfo {
+        subject: cert.subject().to_string(),
+        dns_names,
+        ip_addresses,
+        not_before: from_unix(validity.not_before.timestamp()),
+        not_after: from_unix(validity.not_after.timestamp()),
+        spki_der: cert.public_key().raw.to_vec(),
+        is_ca: cert.is_ca(),
+        issuer: cert.issuer().to_string(),
+        subject_der: cert.subject().as_raw().to_vec(),
+        issuer_der: cert.issuer().as_raw().to_vec(),
+        extended_key_usage,
+    })
+}
+
 /// Exactly one certificate in `der`; its extensions decoded only with `deep`.
 fn certificate(der: &[u8], deep: bool) -> Result<X509Certificate<'_>, InvalidCertificate> {
     let invalid = |reason: String| InvalidCertificate { reason };
@@ -201,3 +212,6 @@ fn from_unix(secs: i64) -> SystemTime {
         UNIX_EPOCH - magnitude
     }
 }
+
+#[cfg(test)]
+mod tests;
