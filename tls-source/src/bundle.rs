@@ -160,6 +160,10 @@ impl CertBundle {
     /// Sets the CA bundle (trust anchors for clients, or for client authentication).
     #[must_use]
     pub fn with_ca(mut self, ca: Vec<CertificateDer<'static>>) -> Self {
+        if ca.is_empty() && self.ca.is_empty() {
+            // Nothing changes, nor does the digest (a file source without a CA file).
+            return self;
+        }
         self.digest = material_digest(&self.chain, &self.key, &ca);
         self.ca = ca;
         self
