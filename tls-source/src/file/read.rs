@@ -31,6 +31,21 @@ impl<T> PerFile<T> {
         })
     }
 
+    fn try_zip<U, V, E>(
+        &self,
+        other: &PerFile<U>,
+        mut f: impl FnMut(&T, &U) -> Result<V, E>,
+    ) -> Result<PerFile<V>, E> {
+        Ok(PerFile {
+            cert: f(&self.cert, &other.cert)?,
+            key: f(&self.key, &other.key)?,
+            ca: match (&self.ca, &other.ca) {
+                (Some(a), Some(b)) => Some(f(a, b)?),
+                _ => None,
+            },
+        })
+    }
+
     fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> PerFile<U> {
         PerFile {
             cert: f(&self.cert),
@@ -90,17 +105,26 @@ fn stamp(path: &Path, decoder: &Decoder) -> Result<Stamp, Error> {
     })
 }
 
-fn read_file(path: &Path, decoder: &Decoder) -> Result<Vec<u8>, Error> {
+/// Reads the file at `path`, `len` bytes long when it was stamped, into a buffer of that size
+/// (a growing buffer took half a dozen calls). With `exact`, exactly `len` bytes are read, in
+/// one call: a file that changed length meanwhile has a new stamp too, and is read again. The
+/// last attempt reads to the end, whatever the length.
+fn read_file(path: &Path, len: u64, exact: bool, decoder: &Decoder) -> Result<Vec<u8>, Error> {
     let read_err = |source| Error::Read {
         path: path.to_path_buf(),
         source,
     };
     let file = fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    // Take one byte more than the limit, so a file that grew since the stat is still refused.
-    file.take(decoder.limit().saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
+    // The stamp checked the length against the limit.
+    let len = len.min(decoder.limit());
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
+    // Otherwise one byte more than the limit, so a file that grew past it is still refused.
+    let take = if exact {
+        len
+    } else {
+        decoder.limit().saturating_add(1)
+    };
+    file.take(take).read_to_end(&mut bytes).map_err(read_err)?;
     decoder.check_size(&path.display().to_string(), bytes.len() as u64)?;
     Ok(bytes)
 }
@@ -124,7 +148,13 @@ pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
             },
         };
         let before = paths.try_map(|p| stamp(p, &config.decoder))?;
-        let contents = paths.try_map(|p| read_file(p, &config.decoder))?;
+        let lens = PerFile {
+            cert: before.cert.len,
+            key: before.key.len,
+            ca: before.ca.map(|s| s.len),
+        };
+        let exact = attempt < STABLE_READ_ATTEMPTS;
+        let contents = paths.try_zip(&lens, |p, len| read_file(p, *len, exact, &config.decoder))?;
         let after = paths.try_map(|p| stamp(p, &config.decoder))?;
         if before != after && attempt < STABLE_READ_ATTEMPTS {
             tracing::debug!(cert = %config.cert.display(), "files changed while read; reading again");
