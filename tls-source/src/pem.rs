@@ -188,7 +188,16 @@ fn is_pem(bytes: &[u8]) -> bool {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    // Compared only where the first byte matches: a memcmp at every position was most of the
+    // cost of decoding a certificate.
+    haystack
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == first)
+        .any(|(at, _)| haystack[at + 1..].starts_with(rest))
 }
 
 /// Accepts bytes that look like one DER SEQUENCE; the parse that follows says more.
