@@ -1,5 +1,6 @@
 //! The notify fast path: which directories to watch as the layout stands, and following it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
@@ -185,8 +186,8 @@ fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
                 event.paths.is_empty()
                     || event.need_rescan()
                     || event.paths.iter().any(|path| {
-                        let path = absolute(path);
-                        relevant.iter().any(|r| r.starts_with(&path))
+                        let path = plain(path).map_or_else(|| absolute(path).into(), Cow::Borrowed);
+                        relevant.iter().any(|r| at_or_above(&path, r))
                     })
             }
             // Queue overflow and the like: a read will sort it out.
@@ -196,6 +197,34 @@ fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
             reads.read(false);
         }
     })
+}
+
+/// `path` as it is when it is already absolute and normalised, as the events of watches on
+/// absolute directories are: no allocation for most events.
+fn plain(path: &Path) -> Option<&Path> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    let dotted = bytes.ends_with(b"/.")
+        || bytes.ends_with(b"/..")
+        || bytes.windows(2).any(|w| w == b"//")
+        || bytes.windows(3).any(|w| w == b"/./")
+        || bytes.windows(4).any(|w| w == b"/../");
+    (path.is_absolute() && !dotted).then_some(path)
+}
+
+/// Whether `path` is `relevant` or a directory above it; both absolute and normalised. By
+/// bytes, which for such paths is what [`Path::starts_with`] decides, without parsing them
+/// into components.
+fn at_or_above(path: &Path, relevant: &Path) -> bool {
+    let (p, r) = (
+        path.as_os_str().as_encoded_bytes(),
+        relevant.as_os_str().as_encoded_bytes(),
+    );
+    let p = if p.len() > 1 {
+        p.strip_suffix(b"/").unwrap_or(p)
+    } else {
+        p
+    };
+    r.starts_with(p) && (r.len() == p.len() || r[p.len()] == b'/' || p == b"/")
 }
 
 /// Events that cannot change what is read: opens and read-only closes (our own reads cause
@@ -327,4 +356,40 @@ fn nearest_existing(mut dir: PathBuf) -> PathBuf {
         }
     }
     dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn path() -> impl Strategy<Value = PathBuf> {
+        prop::collection::vec(
+            prop::sample::select(vec!["a", "ab", "b", "..data", "tls.crt"]),
+            0..4,
+        )
+        .prop_map(|parts| Path::new("/").join(parts.join("/")))
+    }
+
+    proptest! {
+        /// The event filter's byte comparison decides as `Path::starts_with` does.
+        #[test]
+        fn at_or_above_is_starts_with(event in path(), relevant in path()) {
+            prop_assert_eq!(at_or_above(&event, &relevant), relevant.starts_with(&event));
+        }
+    }
+
+    #[test]
+    fn plain_paths_are_taken_as_they_are() {
+        assert!(plain(Path::new("/run/secrets/..data")).is_some());
+        for dotted in [
+            "/run/./secrets",
+            "/run/../secrets",
+            "/run//secrets",
+            "/run/.",
+            "run",
+        ] {
+            assert!(plain(Path::new(dotted)).is_none(), "{dotted}");
+        }
+    }
 }
