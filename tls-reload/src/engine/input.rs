@@ -60,6 +60,10 @@ impl Input {
 
 /// For each input of `batch`, whether a later one of the same batch supersedes it.
 pub(crate) fn superseded(batch: &[Input]) -> Vec<bool> {
+    if batch.len() < 2 {
+        // Nothing to supersede (and no hash map: an inline batch is one input).
+        return vec![false; batch.len()];
+    }
     let mut last = HashMap::new();
     for (i, input) in batch.iter().enumerate() {
         if let Some(target) = input.target() {
