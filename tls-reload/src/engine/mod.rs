@@ -248,7 +248,19 @@ impl Engine {
 
     /// Handles a batch of inputs in order; of several bundles for one route only the last is
     /// considered (latest wins), and anything newer for a route cancels its pending retry.
+    #[cfg(test)]
     pub(crate) fn batch(&mut self, batch: Vec<Input>, now: SystemTime) -> Vec<Effect> {
+        let mut effects = self.handle(batch, now);
+        effects.extend(self.finish());
+        effects
+    }
+
+    /// The first half of a [batch](Self::batch): its inputs, and the effects they had so far
+    /// (the installs, their timers and events). They may be applied at once, so that a new
+    /// certificate is served before the rest of the batch is worked out; the caller then
+    /// applies [`finish`](Self::finish)'s effects, which hold the table and the status (a
+    /// status never says a certificate is in before the resolver serves it).
+    pub(crate) fn handle(&mut self, batch: Vec<Input>, now: SystemTime) -> Vec<Effect> {
         let superseded = input::superseded(&batch);
         // The keyed bundles the engine would check (new material for its route), checked
         // ahead on every core; the rest in place.
@@ -262,7 +274,7 @@ impl Engine {
         for (input, superseded) in batch.into_iter().zip(superseded) {
             self.input(input, superseded, ahead.next().flatten(), now);
         }
-        self.finish()
+        std::mem::take(&mut self.out)
     }
 
     /// A batch that came when the clock could not be read (it panicked, with `message`): its

@@ -22,7 +22,7 @@ pub(crate) struct Publish {
 
 impl Engine {
     /// The end of a batch: the SNI table if its names changed, readiness, the status.
-    pub(super) fn finish(&mut self) -> Vec<Effect> {
+    pub(crate) fn finish(&mut self) -> Vec<Effect> {
         // A keyed source's routes are served once its initial list is in: until then a listed
         // name is not served half a list's view, and the list is one table build.
         let lists = &self.lists;

@@ -386,13 +386,17 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                         .map(|item| item.input)
                         .collect();
                     if !batch.is_empty() {
-                        let effects = match clock.read() {
-                            Ok(now) => core.engine.batch(batch, now),
-                            Err(message) => core.engine.unjudged(batch, &message, SystemTime::now()),
-                        };
                         // Inline batches' timers first: they happened before this one.
                         let mut pending = std::mem::take(&mut core.timers);
-                        pending.extend(apply_effects(effects, &mut core.apply));
+                        let timings = match clock.read() {
+                            Ok(now) => run_batch(&mut core, batch, now),
+                            Err(message) => {
+                                let effects =
+                                    core.engine.unjudged(batch, &message, SystemTime::now());
+                                apply_effects(effects, &mut core.apply)
+                            }
+                        };
+                        pending.extend(timings);
                         drop(core);
                         set_timers(pending, &mut timers, clock);
                     }
@@ -432,6 +436,18 @@ fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A) -> Vec<Timing> {
             Effect::Cancel(timer) => due.push(Timing::Cancel(timer)),
         }
     }
+    due
+}
+
+/// Handles `batch` at `now` and applies its effects in two steps: the installs as soon as the
+/// inputs are handled, then the table and the status ([`Engine::handle`]). Returns the timers.
+fn run_batch<A: Apply>(
+    core: &mut inline::Core<A>,
+    batch: Vec<Input>,
+    now: SystemTime,
+) -> Vec<Timing> {
+    let mut due = apply_effects(core.engine.handle(batch, now), &mut core.apply);
+    due.extend(apply_effects(core.engine.finish(), &mut core.apply));
     due
 }
 
