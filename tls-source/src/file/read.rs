@@ -31,21 +31,6 @@ impl<T> PerFile<T> {
         })
     }
 
-    fn try_zip<U, V, E>(
-        &self,
-        other: &PerFile<U>,
-        mut f: impl FnMut(&T, &U) -> Result<V, E>,
-    ) -> Result<PerFile<V>, E> {
-        Ok(PerFile {
-            cert: f(&self.cert, &other.cert)?,
-            key: f(&self.key, &other.key)?,
-            ca: match (&self.ca, &other.ca) {
-                (Some(a), Some(b)) => Some(f(a, b)?),
-                _ => None,
-            },
-        })
-    }
-
     fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> PerFile<U> {
         PerFile {
             cert: f(&self.cert),
@@ -83,6 +68,10 @@ fn stamp(path: &Path, decoder: &Decoder) -> Result<Stamp, Error> {
         path: path.to_path_buf(),
         source,
     })?;
+    stamp_of(path, &meta, decoder)
+}
+
+fn stamp_of(path: &Path, meta: &fs::Metadata, decoder: &Decoder) -> Result<Stamp, Error> {
     if !meta.is_file() {
         return Err(Error::NotAFile {
             path: path.to_path_buf(),
@@ -105,16 +94,46 @@ fn stamp(path: &Path, decoder: &Decoder) -> Result<Stamp, Error> {
     })
 }
 
-/// Reads the file at `path`, `len` bytes long when it was stamped, into a buffer of that size
-/// (a growing buffer took half a dozen calls). With `exact`, exactly `len` bytes are read, in
-/// one call: a file that changed length meanwhile has a new stamp too, and is read again. The
-/// last attempt reads to the end, whatever the length.
-fn read_file(path: &Path, len: u64, exact: bool, decoder: &Decoder) -> Result<Vec<u8>, Error> {
+/// Opens the file at `path` (non-blocking on Unix, so that a FIFO does not wait for a writer)
+/// and stamps what it opened (`fstat`: no second walk of the path). `Ok(None)`: it is missing
+/// and `optional`.
+fn open(
+    path: &Path,
+    optional: bool,
+    decoder: &Decoder,
+) -> Result<Option<(fs::File, Stamp)>, Error> {
     let read_err = |source| Error::Read {
         path: path.to_path_buf(),
         source,
     };
-    let file = fs::File::open(path).map_err(read_err)?;
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = match options.open(path) {
+        Ok(file) => file,
+        Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_err(e)),
+    };
+    let meta = file.metadata().map_err(read_err)?;
+    let stamp = stamp_of(path, &meta, decoder)?;
+    Ok(Some((file, stamp)))
+}
+
+/// Reads the file opened from `path`, `len` bytes long when it was stamped, into a buffer of
+/// that size (a growing buffer took half a dozen calls). With `exact`, exactly `len` bytes are
+/// read, in one call: a file that changed length meanwhile has a new stamp too, and is read
+/// again. The last attempt reads to the end, whatever the length.
+fn read_file(
+    path: &Path,
+    file: fs::File,
+    len: u64,
+    exact: bool,
+    decoder: &Decoder,
+) -> Result<Vec<u8>, Error> {
     // The stamp checked the length against the limit.
     let len = len.min(decoder.limit());
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
@@ -124,38 +143,67 @@ fn read_file(path: &Path, len: u64, exact: bool, decoder: &Decoder) -> Result<Ve
     } else {
         decoder.limit().saturating_add(1)
     };
-    file.take(take).read_to_end(&mut bytes).map_err(read_err)?;
+    file.take(take)
+        .read_to_end(&mut bytes)
+        .map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     decoder.check_size(&path.display().to_string(), bytes.len() as u64)?;
     Ok(bytes)
 }
 
-fn is_missing(path: &Path) -> bool {
-    matches!(fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+/// Opens, stamps and reads one file; `Ok(None)`: missing and `optional`.
+fn read_one(
+    path: &Path,
+    optional: bool,
+    exact: bool,
+    decoder: &Decoder,
+) -> Result<Option<(Vec<u8>, Stamp)>, Error> {
+    let Some((file, stamp)) = open(path, optional, decoder)? else {
+        return Ok(None);
+    };
+    let bytes = read_file(path, file, stamp.len, exact, decoder)?;
+    Ok(Some((bytes, stamp)))
 }
 
 /// Reads every file, retrying while a change races the read (see [`FileSource`](super::FileSource)).
 pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
+    let decoder = &config.decoder;
     let mut attempt = 0;
     loop {
         attempt += 1;
+        let exact = attempt < STABLE_READ_ATTEMPTS;
+        // Each file stamped as it is opened, read, and stamped again by its path once all are
+        // read: what was read is what the paths hold after the last read, or it is read again.
+        let required = |path: &Path| {
+            read_one(path, false, exact, decoder)?.ok_or_else(|| Error::Read {
+                path: path.to_path_buf(),
+                source: std::io::ErrorKind::NotFound.into(),
+            })
+        };
+        let (cert, key) = (required(&config.cert)?, required(&config.key)?);
+        // An optional CA is read when it exists when it is opened.
+        let ca = match &config.ca {
+            Some(ca) => read_one(ca, !config.ca_required, exact, decoder)?.map(|read| (ca, read)),
+            None => None,
+        };
         let paths = PerFile {
             cert: config.cert.as_path(),
             key: config.key.as_path(),
-            // An optional CA is read when it exists at the first stat.
-            ca: match (&config.ca, config.ca_required) {
-                (Some(ca), false) if is_missing(ca) => None,
-                (ca, _) => ca.as_deref(),
-            },
+            ca: ca.as_ref().map(|(path, _)| path.as_path()),
         };
-        let before = paths.try_map(|p| stamp(p, &config.decoder))?;
-        let lens = PerFile {
-            cert: before.cert.len,
-            key: before.key.len,
-            ca: before.ca.map(|s| s.len),
+        let before = PerFile {
+            cert: cert.1,
+            key: key.1,
+            ca: ca.as_ref().map(|(_, (_, stamp))| *stamp),
         };
-        let exact = attempt < STABLE_READ_ATTEMPTS;
-        let contents = paths.try_zip(&lens, |p, len| read_file(p, *len, exact, &config.decoder))?;
-        let after = paths.try_map(|p| stamp(p, &config.decoder))?;
+        let contents = PerFile {
+            cert: cert.0,
+            key: key.0,
+            ca: ca.map(|(_, (bytes, _))| bytes),
+        };
+        let after = paths.try_map(|p| stamp(p, decoder))?;
         if before != after && attempt < STABLE_READ_ATTEMPTS {
             tracing::debug!(cert = %config.cert.display(), "files changed while read; reading again");
             continue;

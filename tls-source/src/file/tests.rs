@@ -125,3 +125,49 @@ async fn an_oversized_file_is_refused_by_name() {
         format!("{} is larger than the limit of 1024 bytes", crt.display())
     );
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_or_a_directory_in_place_of_a_file_is_refused_without_waiting() {
+    let cert = tls_test::TestCa::new("fifo").leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    fs::write(&crt, &cert.cert_pem).unwrap();
+    // A FIFO with no writer: opened to be read, it would wait for one forever.
+    let made = std::process::Command::new("mkfifo")
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Read on a thread of its own: a read that waited would block the thread it runs on.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (c, k) = (crt.clone(), key.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut source = FileSource::builder(&c, &k).notify(false).build();
+        let _ = tx.send(runtime.block_on(source.next()).unwrap());
+    });
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the read does not wait for a writer");
+    match first {
+        Err(Error::NotAFile { path }) => assert_eq!(path, key),
+        other => panic!("expected NotAFile for the key, got {other:?}"),
+    }
+
+    // A directory where the certificate should be.
+    let crt_dir = dir.path().join("crt-dir");
+    fs::create_dir(&crt_dir).unwrap();
+    let key_file = dir.path().join("key.pem");
+    fs::write(&key_file, &cert.key_pem).unwrap();
+    let mut source = FileSource::builder(&crt_dir, &key_file)
+        .notify(false)
+        .build();
+    match source.next().await.unwrap() {
+        Err(Error::NotAFile { path }) => assert_eq!(path, crt_dir),
+        other => panic!("expected NotAFile for the certificate, got {other:?}"),
+    }
+}
