@@ -30,7 +30,14 @@ impl Digest {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 64];
+        for (pair, byte) in text.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0xf)];
+        }
+        // Hex digits only: always UTF-8.
+        f.write_str(std::str::from_utf8(&text).unwrap_or_default())
     }
 }
 
