@@ -5,6 +5,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::{CertBundle, Error, Origin};
 
+mod fast;
+
 /// The default limit on the size of one input (a certificate, key or CA file): 1 MiB.
 ///
 /// A real certificate chain is a few KiB; the limit stops a misconfigured path (a log file, a
@@ -87,6 +89,9 @@ impl Decoder {
         self.precheck(input, bytes)?;
         if !is_pem(bytes) {
             return der(input, bytes).map(|der| vec![CertificateDer::from(der.to_vec())]);
+        }
+        if let Some(certs) = fast::certificates(bytes) {
+            return Ok(certs);
         }
         let mut certs = Vec::new();
         for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(bytes) {
