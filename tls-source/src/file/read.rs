@@ -5,10 +5,8 @@ use std::io::Read as _;
 use std::path::Path;
 use std::time::SystemTime;
 
-use sha2::{Digest as _, Sha256};
-
 use super::Config;
-use crate::{Decoder, Digest, Error};
+use crate::{Decoder, Error};
 
 /// How many times a read that raced a change is retried before the result is passed on anyway.
 const STABLE_READ_ATTEMPTS: usize = 3;
@@ -44,10 +42,9 @@ impl<T> PerFile<T> {
 /// written in place; a new identity, a file replaced.
 pub(super) type FileId = (u64, u64);
 
-/// The bytes of the files, read consistently, and a digest of them.
+/// The bytes of the files, read consistently.
 pub(super) struct Files {
     pub(super) contents: PerFile<Vec<u8>>,
-    pub(super) digest: Digest,
     pub(super) ids: PerFile<FileId>,
     #[cfg_attr(not(unix), allow(dead_code))]
     pub(super) key_mode: u32,
@@ -182,7 +179,8 @@ pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
                 source: std::io::ErrorKind::NotFound.into(),
             })
         };
-        let (cert, key) = (required(&config.cert)?, required(&config.key)?);
+        let cert = required(&config.cert)?;
+        let key = required(&config.key)?;
         // An optional CA is read when it exists when it is opened.
         let ca = match &config.ca {
             Some(ca) => read_one(ca, !config.ca_required, exact, decoder)?.map(|read| (ca, read)),
@@ -208,20 +206,7 @@ pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
             tracing::debug!(cert = %config.cert.display(), "files changed while read; reading again");
             continue;
         }
-        let mut h = Sha256::new();
-        for bytes in [
-            Some(&contents.cert),
-            Some(&contents.key),
-            contents.ca.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            h.update((bytes.len() as u64).to_be_bytes());
-            h.update(bytes);
-        }
         return Ok(Files {
-            digest: Digest::from_bytes(h.finalize().into()),
             ids: after.map(|s| (s.dev, s.ino)),
             key_mode: after.key.mode,
             contents,

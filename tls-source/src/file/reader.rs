@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::read::{FileId, Files, PerFile, read_stable};
 use super::{Config, FileSourceBuilder, out_of_descriptors};
-use crate::{CertBundle, Digest, Error, Origin};
+use crate::{CertBundle, Error, Origin};
 use rustls_pki_types::CertificateDer;
 
 /// What a read decoded: a bundle, or (for a CA file) certificates alone.
@@ -43,13 +43,15 @@ impl Decoded {
 /// ```
 pub struct FileReader {
     config: Arc<Config>,
-    last_raw: Option<Digest>,
+    /// The files' bytes as last read and passed on: equal bytes, nothing new (compared as they
+    /// are, which costs less than hashing them).
+    last_raw: Option<PerFile<Vec<u8>>>,
     /// The files (device, inode) whose content was last passed on: the same files with new
     /// content were written in place.
     last_ids: Option<PerFile<FileId>>,
     /// New content written in place, and when it was first read: passed on once it has stayed
     /// the same for `in_place_quiet`.
-    unsettled: Option<(Digest, std::time::Instant)>,
+    unsettled: Option<(PerFile<Vec<u8>>, std::time::Instant)>,
     last_error: Option<String>,
     /// The last read failed for want of file descriptors (EMFILE, ENFILE): nothing will say
     /// when they come back, so the source reads again soon.
@@ -100,6 +102,7 @@ impl FileReader {
     /// [`check`](Self::check); `None` when nothing is waiting.
     pub fn settling(&self) -> Option<Duration> {
         self.unsettled
+            .as_ref()
             .map(|(_, since)| self.config.in_place_quiet.saturating_sub(since.elapsed()))
     }
 
@@ -129,30 +132,32 @@ impl FileReader {
                 return self.report(err, force);
             }
         };
-        if !force && self.last_raw == Some(files.digest) {
+        if !force && self.last_raw.as_ref() == Some(&files.contents) {
             self.unsettled = None;
             return None;
         }
         if !force && self.last_ids.as_ref() == Some(&files.ids) {
             // The same files with new content: written in place, maybe still being written.
-            match self.unsettled {
-                Some((digest, since))
-                    if digest == files.digest && since.elapsed() >= self.config.in_place_quiet => {}
-                Some((digest, _)) if digest == files.digest => return None,
+            match &self.unsettled {
+                Some((contents, since))
+                    if *contents == files.contents
+                        && since.elapsed() >= self.config.in_place_quiet => {}
+                Some((contents, _)) if *contents == files.contents => return None,
                 _ => {
                     tracing::debug!(cert = %self.config.cert.display(), "files changed in place; waiting until they are quiet");
-                    self.unsettled = Some((files.digest, std::time::Instant::now()));
+                    self.unsettled = Some((files.contents, std::time::Instant::now()));
                     return None;
                 }
             }
         }
         self.unsettled = None;
         self.last_ids = Some(files.ids);
-        self.last_raw = Some(files.digest);
         let config = Arc::clone(&self.config);
         if config.certificates_only {
             let name = config.cert.display().to_string();
-            return match config.decoder.certificates(&name, &files.contents.cert) {
+            let decoded = config.decoder.certificates(&name, &files.contents.cert);
+            self.last_raw = Some(files.contents);
+            return match decoded {
                 Ok(certificates) => {
                     self.last_error = None;
                     Some(Ok(Decoded::Certificates(certificates)))
@@ -174,6 +179,7 @@ impl FileReader {
             ca_name.as_deref().zip(files.contents.ca.as_deref()),
             origin,
         );
+        self.last_raw = Some(files.contents);
         match decoded {
             Ok(bundle) => {
                 self.last_error = None;
