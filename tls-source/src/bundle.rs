@@ -272,6 +272,19 @@ mod tests {
     use crate::Decoder;
 
     #[test]
+    fn a_digest_reads_as_sha256sum_writes_it() {
+        // `printf abc | sha256sum`
+        assert_eq!(
+            Digest::of(b"abc").to_string(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            format!("{:?}", Digest::of(b"")),
+            "Digest(e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855)"
+        );
+    }
+
+    #[test]
     fn digest_tracks_the_material_not_the_origin() {
         let ca = tls_test::TestCa::new("bundle tests");
         let a = ca.leaf(&["a.test"]);
