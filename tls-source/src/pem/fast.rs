@@ -3,29 +3,16 @@
 //! write them), with blank lines between. Certificates are public, so their base64 needs no
 //! constant-time decoding; this reads such a file in a fraction of the general decoder's
 //! time. Anything else (text around the sections, other labels, headers, spaces, padding or
-//! trailing bits that are not canonical) is declined with `None` and read by
-//! `rustls-pki-types`, whose verdict (and error message) stands. What this accepts it decodes
-//! as `rustls-pki-types` does (the tests compare the two).
+//! trailing bits that are not canonical, which the `base64` crate's standard engine refuses)
+//! is declined with `None` and read by `rustls-pki-types`, whose verdict (and error message)
+//! stands. What this accepts it decodes as `rustls-pki-types` does (the tests compare the two).
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use rustls_pki_types::CertificateDer;
 
 const BEGIN: &[u8] = b"-----BEGIN CERTIFICATE-----";
 const END: &[u8] = b"-----END CERTIFICATE-----";
-
-/// Not a base64 digit.
-const INVALID: u8 = 0xFF;
-
-/// The value of each base64 digit (standard alphabet).
-const DIGITS: [u8; 256] = {
-    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut table = [INVALID; 256];
-    let mut i = 0;
-    while i < alphabet.len() {
-        table[alphabet[i] as usize] = i as u8;
-        i += 1;
-    }
-    table
-};
 
 /// The certificates of `bytes` when it is a plain certificate file; `None` for anything the
 /// general decoder must judge.
@@ -51,51 +38,10 @@ pub(super) fn certificates(bytes: &[u8]) -> Option<Vec<CertificateDer<'static>>>
             }
             body.extend_from_slice(line);
         }
-        certs.push(CertificateDer::from(decode(&body)?));
+        let der = STANDARD.decode(&body).ok().filter(|der| !der.is_empty())?;
+        certs.push(CertificateDer::from(der));
     }
     (!certs.is_empty()).then_some(certs)
-}
-
-/// Canonical, padded base64; `None` for anything else.
-fn decode(text: &[u8]) -> Option<Vec<u8>> {
-    if text.is_empty() || !text.len().is_multiple_of(4) {
-        return None;
-    }
-    let (full, last) = text.split_at(text.len() - 4);
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    for quad in full.chunks_exact(4) {
-        let [a, b, c, d] = [0, 1, 2, 3].map(|i| DIGITS[usize::from(quad[i])]);
-        if (a | b | c | d) > 63 {
-            return None;
-        }
-        let n = u32::from(a) << 18 | u32::from(b) << 12 | u32::from(c) << 6 | u32::from(d);
-        out.extend_from_slice(&n.to_be_bytes()[1..]);
-    }
-    let digit = |i: usize| Some(DIGITS[usize::from(last[i])]).filter(|v| *v != INVALID);
-    let (a, b) = (digit(0)?, digit(1)?);
-    match (last[2], last[3]) {
-        (b'=', b'=') => {
-            // One byte; the unused bits are zero in canonical base64.
-            if b & 0x0F != 0 {
-                return None;
-            }
-            out.push(a << 2 | b >> 4);
-        }
-        (_, b'=') => {
-            let c = digit(2)?;
-            if c & 0x03 != 0 {
-                return None;
-            }
-            out.push(a << 2 | b >> 4);
-            out.push(b << 4 | c >> 2);
-        }
-        _ => {
-            let (c, d) = (digit(2)?, digit(3)?);
-            let n = u32::from(a) << 18 | u32::from(b) << 12 | u32::from(c) << 6 | u32::from(d);
-            out.extend_from_slice(&n.to_be_bytes()[1..]);
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -105,26 +51,6 @@ mod tests {
 
     use super::*;
 
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-    fn base64(bytes: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]);
-                } else {
-                    out.push(b'=');
-                }
-            }
-        }
-        out
-    }
-
     /// `ders` as a PEM file: lines of `width` digits, `crlf` line ends, `blank` lines between
     /// sections.
     fn pem(ders: &[Vec<u8>], width: usize, crlf: bool, blank: usize) -> Vec<u8> {
@@ -133,7 +59,7 @@ mod tests {
         for der in ders {
             out.extend_from_slice(BEGIN);
             out.extend_from_slice(eol);
-            for line in base64(der).chunks(width) {
+            for line in STANDARD.encode(der).as_bytes().chunks(width) {
                 out.extend_from_slice(line);
                 out.extend_from_slice(eol);
             }
