@@ -272,43 +272,19 @@ fn time(input: &mut Der<'_>) -> Option<i64> {
     if rest[10] != b'Z' {
         return None;
     }
-    let field = |at: usize| digits(&rest[at..at + 2]);
-    let (month, day, hour, minute, second) =
-        (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 59 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
+    let field = |at: usize| digits(&rest[at..at + 2]).and_then(|n| u8::try_from(n).ok());
+    let month = time::Month::try_from(field(0)?).ok()?;
+    // The calendar (days in the month, leap years) and the clock's ranges are the time crate's;
+    // a leap second (60) is declined.
+    let date = time::Date::from_calendar_date(i32::try_from(year).ok()?, month, field(2)?).ok()?;
+    let at = date.with_hms(field(4)?, field(6)?, field(8)?).ok()?;
+    Some(at.assume_utc().unix_timestamp())
 }
 
 fn digits(bytes: &[u8]) -> Option<i64> {
     bytes.iter().try_fold(0i64, |n, b| {
         b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0'))
     })
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 /// The extensions: subject alternative names, extended key usage and basic constraints read,
