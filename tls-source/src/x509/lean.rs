@@ -105,6 +105,13 @@ impl<'a> Der<'a> {
         Some((tag, content, whole))
     }
 
+    /// The content of the one TLV `input` holds, if its tag is `tag`: nothing may follow it.
+    fn sole(input: &'a [u8], tag: u8) -> Option<Self> {
+        let mut outer = Self(input);
+        let content = outer.expect(tag)?;
+        outer.is_empty().then_some(Self(content))
+    }
+
     /// The next TLV's content, if its tag is `tag`.
     fn expect(&mut self, tag: u8) -> Option<&'a [u8]> {
         let (got, content, _) = self.any()?;
@@ -120,12 +127,7 @@ impl<'a> Der<'a> {
 
 /// Reads `der` as one certificate, or declines.
 pub(super) fn parse(der: &[u8]) -> Option<LeafInfo> {
-    let mut outer = Der(der);
-    let certificate = outer.expect(SEQUENCE)?;
-    if !outer.is_empty() {
-        return None;
-    }
-    let mut certificate = Der(certificate);
+    let mut certificate = Der::sole(der, SEQUENCE)?;
     let tbs = certificate.expect(SEQUENCE)?;
     let (_, outer_algorithm) = certificate.expect_whole(SEQUENCE)?;
     algorithm(outer_algorithm)?;
@@ -183,12 +185,7 @@ pub(super) fn parse(der: &[u8]) -> Option<LeafInfo> {
         extended_key_usage: None,
     };
     if v3 && tbs.peek() == Some(EXTENSIONS) {
-        let mut wrapper = Der(tbs.expect(EXTENSIONS)?);
-        let list = wrapper.expect(SEQUENCE)?;
-        if !wrapper.is_empty() {
-            return None;
-        }
-        extensions(Der(list), &mut info)?;
+        extensions(Der::sole(tbs.expect(EXTENSIONS)?, SEQUENCE)?, &mut info)?;
     }
     // Unique identifiers, or anything after the extensions: declined.
     tbs.is_empty().then_some(info)
@@ -196,8 +193,7 @@ pub(super) fn parse(der: &[u8]) -> Option<LeafInfo> {
 
 /// An `AlgorithmIdentifier`: an OID and, optionally, one parameter.
 fn algorithm(whole: &[u8]) -> Option<()> {
-    let mut outer = Der(whole);
-    let mut algorithm = Der(outer.expect(SEQUENCE)?);
+    let mut algorithm = Der::sole(whole, SEQUENCE)?;
     oid(algorithm.expect(OID)?)?;
     if !algorithm.is_empty() {
         algorithm.any()?;
@@ -322,9 +318,8 @@ fn extensions(mut list: Der<'_>, info: &mut LeafInfo) -> Option<()> {
 }
 
 fn alt_names(value: &[u8], info: &mut LeafInfo) -> Option<()> {
-    let mut outer = Der(value);
-    let mut names = Der(outer.expect(SEQUENCE)?);
-    if !outer.is_empty() || names.is_empty() {
+    let mut names = Der::sole(value, SEQUENCE)?;
+    if names.is_empty() {
         return None;
     }
     while !names.is_empty() {
@@ -351,9 +346,8 @@ fn alt_names(value: &[u8], info: &mut LeafInfo) -> Option<()> {
 }
 
 fn key_usage(value: &[u8]) -> Option<ExtendedKeyUsage> {
-    let mut outer = Der(value);
-    let mut purposes = Der(outer.expect(SEQUENCE)?);
-    if !outer.is_empty() || purposes.is_empty() {
+    let mut purposes = Der::sole(value, SEQUENCE)?;
+    if purposes.is_empty() {
         return None;
     }
     let mut usage = ExtendedKeyUsage {
@@ -373,11 +367,7 @@ fn key_usage(value: &[u8]) -> Option<ExtendedKeyUsage> {
 }
 
 fn basic_constraints(value: &[u8]) -> Option<bool> {
-    let mut outer = Der(value);
-    let mut constraints = Der(outer.expect(SEQUENCE)?);
-    if !outer.is_empty() {
-        return None;
-    }
+    let mut constraints = Der::sole(value, SEQUENCE)?;
     let ca = if constraints.peek() == Some(BOOLEAN) {
         if constraints.expect(BOOLEAN)? != [0xff] {
             return None;
