@@ -113,13 +113,14 @@ proptest! {
         prop_assert_eq!(LeafInfo::parse(&der).unwrap(), full(&der).unwrap());
     }
 
-    /// A certificate with bytes changed, cut short or extended: whatever the lean reader still
+    /// A certificate with bytes changed, cut short or followed by more: whatever the lean reader still
     /// accepts, x509-parser accepts too, with the same reading.
     #[test]
     fn mutated_certificates_are_never_read_differently(
         shape in shape(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
         cut in prop::option::of(any::<prop::sample::Index>()),
+        tail in prop::collection::vec(any::<u8>(), 1..3),
     ) {
         let mut der = certificate(&shape);
         for (at, byte) in &flips {
@@ -127,6 +128,8 @@ proptest! {
             der[at] = *byte;
         }
         same(&der)?;
+        // Bytes after the certificate: x509-parser refuses them.
+        same(&[der.as_slice(), &tail].concat())?;
         if let Some(cut) = cut {
             let cut = cut.index(der.len());
             same(&der[..cut])?;
