@@ -38,6 +38,24 @@ impl<T> PerFile<T> {
     }
 }
 
+impl<A, B> PerFile<(A, B)> {
+    fn unzip(self) -> (PerFile<A>, PerFile<B>) {
+        let (ca_a, ca_b) = self.ca.unzip();
+        (
+            PerFile {
+                cert: self.cert.0,
+                key: self.key.0,
+                ca: ca_a,
+            },
+            PerFile {
+                cert: self.cert.1,
+                key: self.key.1,
+                ca: ca_b,
+            },
+        )
+    }
+}
+
 /// A file's identity: (device, inode) on Unix. The same identity with new content is a file
 /// written in place; a new identity, a file replaced.
 pub(super) type FileId = (u64, u64);
@@ -92,13 +110,8 @@ fn stamp_of(path: &Path, meta: &fs::Metadata, decoder: &Decoder) -> Result<Stamp
 }
 
 /// Opens the file at `path` (non-blocking on Unix, so that a FIFO does not wait for a writer)
-/// and stamps what it opened (`fstat`: no second walk of the path). `Ok(None)`: it is missing
-/// and `optional`.
-fn open(
-    path: &Path,
-    optional: bool,
-    decoder: &Decoder,
-) -> Result<Option<(fs::File, Stamp)>, Error> {
+/// and stamps what it opened (`fstat`: no second walk of the path).
+fn open(path: &Path, decoder: &Decoder) -> Result<(fs::File, Stamp), Error> {
     let read_err = |source| Error::Read {
         path: path.to_path_buf(),
         source,
@@ -110,14 +123,10 @@ fn open(
         use std::os::unix::fs::OpenOptionsExt as _;
         options.custom_flags(libc::O_NONBLOCK);
     }
-    let file = match options.open(path) {
-        Ok(file) => file,
-        Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(read_err(e)),
-    };
+    let file = options.open(path).map_err(read_err)?;
     let meta = file.metadata().map_err(read_err)?;
     let stamp = stamp_of(path, &meta, decoder)?;
-    Ok(Some((file, stamp)))
+    Ok((file, stamp))
 }
 
 /// Reads the file opened from `path`, `len` bytes long when it was stamped, into a buffer of
@@ -150,18 +159,11 @@ fn read_file(
     Ok(bytes)
 }
 
-/// Opens, stamps and reads one file; `Ok(None)`: missing and `optional`.
-fn read_one(
-    path: &Path,
-    optional: bool,
-    exact: bool,
-    decoder: &Decoder,
-) -> Result<Option<(Vec<u8>, Stamp)>, Error> {
-    let Some((file, stamp)) = open(path, optional, decoder)? else {
-        return Ok(None);
-    };
+/// Opens, stamps and reads one file.
+fn read_one(path: &Path, exact: bool, decoder: &Decoder) -> Result<(Vec<u8>, Stamp), Error> {
+    let (file, stamp) = open(path, decoder)?;
     let bytes = read_file(path, file, stamp.len, exact, decoder)?;
-    Ok(Some((bytes, stamp)))
+    Ok((bytes, stamp))
 }
 
 /// Reads every file, retrying while a change races the read (see [`FileSource`](super::FileSource)).
@@ -173,34 +175,28 @@ pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
         let exact = attempt < STABLE_READ_ATTEMPTS;
         // Each file stamped as it is opened, read, and stamped again by its path once all are
         // read: what was read is what the paths hold after the last read, or it is read again.
-        let required = |path: &Path| {
-            read_one(path, false, exact, decoder)?.ok_or_else(|| Error::Read {
-                path: path.to_path_buf(),
-                source: std::io::ErrorKind::NotFound.into(),
-            })
-        };
-        let cert = required(&config.cert)?;
-        let key = required(&config.key)?;
-        // An optional CA is read when it exists when it is opened.
-        let ca = match &config.ca {
-            Some(ca) => read_one(ca, !config.ca_required, exact, decoder)?.map(|read| (ca, read)),
-            None => None,
-        };
-        let paths = PerFile {
+        let mut paths = PerFile {
             cert: config.cert.as_path(),
             key: config.key.as_path(),
-            ca: ca.as_ref().map(|(path, _)| path.as_path()),
+            ca: config.ca.as_deref(),
         };
-        let before = PerFile {
-            cert: cert.1,
-            key: key.1,
-            ca: ca.as_ref().map(|(_, (_, stamp))| *stamp),
+        let read = PerFile {
+            cert: read_one(paths.cert, exact, decoder)?,
+            key: read_one(paths.key, exact, decoder)?,
+            // An optional CA is read when it exists when it is opened.
+            ca: match paths.ca.map(|ca| read_one(ca, exact, decoder)) {
+                Some(Err(Error::Read { source, .. }))
+                    if !config.ca_required && source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    None
+                }
+                ca => ca.transpose()?,
+            },
         };
-        let contents = PerFile {
-            cert: cert.0,
-            key: key.0,
-            ca: ca.map(|(_, (bytes, _))| bytes),
-        };
+        if read.ca.is_none() {
+            paths.ca = None;
+        }
+        let (contents, before) = read.unzip();
         let after = paths.try_map(|p| stamp(p, decoder))?;
         if before != after && attempt < STABLE_READ_ATTEMPTS {
             tracing::debug!(cert = %config.cert.display(), "files changed while read; reading again");
