@@ -153,37 +153,36 @@ impl FileReader {
         self.unsettled = None;
         self.last_ids = Some(files.ids);
         let config = Arc::clone(&self.config);
-        if config.certificates_only {
+        let decoded = if config.certificates_only {
             let name = config.cert.display().to_string();
-            let decoded = config.decoder.certificates(&name, &files.contents.cert);
-            self.last_raw = Some(files.contents);
-            return match decoded {
-                Ok(certificates) => {
-                    self.last_error = None;
-                    Some(Ok(Decoded::Certificates(certificates)))
-                }
-                Err(err) => self.report(err, true),
+            config
+                .decoder
+                .certificates(&name, &files.contents.cert)
+                .map(Decoded::Certificates)
+        } else {
+            self.warn_key_mode(&files);
+            let origin = Origin::Files {
+                cert: config.cert.clone(),
+                key: config.key.clone(),
             };
-        }
-        self.warn_key_mode(&files);
-        let origin = Origin::Files {
-            cert: config.cert.clone(),
-            key: config.key.clone(),
+            let cert_name = config.cert.display().to_string();
+            let key_name = config.key.display().to_string();
+            let ca_name = config.ca.as_ref().map(|p| p.display().to_string());
+            config
+                .decoder
+                .bundle(
+                    (&cert_name, &files.contents.cert),
+                    (&key_name, &files.contents.key),
+                    ca_name.as_deref().zip(files.contents.ca.as_deref()),
+                    origin,
+                )
+                .map(Decoded::Bundle)
         };
-        let cert_name = config.cert.display().to_string();
-        let key_name = config.key.display().to_string();
-        let ca_name = config.ca.as_ref().map(|p| p.display().to_string());
-        let decoded = config.decoder.bundle(
-            (&cert_name, &files.contents.cert),
-            (&key_name, &files.contents.key),
-            ca_name.as_deref().zip(files.contents.ca.as_deref()),
-            origin,
-        );
         self.last_raw = Some(files.contents);
         match decoded {
-            Ok(bundle) => {
+            Ok(decoded) => {
                 self.last_error = None;
-                Some(Ok(Decoded::Bundle(bundle)))
+                Some(Ok(decoded))
             }
             Err(err) => self.report(err, true),
         }
