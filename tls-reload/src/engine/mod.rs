@@ -246,8 +246,7 @@ impl Engine {
         self.finish()
     }
 
-    /// Handles a batch of inputs in order; of several bundles for one route only the last is
-    /// considered (latest wins), and anything newer for a route cancels its pending retry.
+    /// [`handle`](Self::handle) and [`finish`](Self::finish) in one, for the tests.
     #[cfg(test)]
     pub(crate) fn batch(&mut self, batch: Vec<Input>, now: SystemTime) -> Vec<Effect> {
         let mut effects = self.handle(batch, now);
@@ -255,11 +254,12 @@ impl Engine {
         effects
     }
 
-    /// The first half of a [batch](Self::batch): its inputs, and the effects they had so far
-    /// (the installs, their timers and events). They may be applied at once, so that a new
-    /// certificate is served before the rest of the batch is worked out; the caller then
-    /// applies [`finish`](Self::finish)'s effects, which hold the table and the status (a
-    /// status never says a certificate is in before the resolver serves it).
+    /// Handles a batch of inputs in order; of several bundles for one route only the last is
+    /// considered (latest wins), and anything newer for a route cancels its pending retry.
+    /// Returns the effects so far (the installs, their timers and events): they may be applied
+    /// at once, so that a new certificate is served before the rest of the batch is worked
+    /// out. The caller then applies [`finish`](Self::finish)'s effects, which hold the table
+    /// and the status (a status never says a certificate is in before the resolver serves it).
     pub(crate) fn handle(&mut self, batch: Vec<Input>, now: SystemTime) -> Vec<Effect> {
         let superseded = input::superseded(&batch);
         // The keyed bundles the engine would check (new material for its route), checked
