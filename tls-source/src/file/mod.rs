@@ -57,11 +57,11 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   is seen within a second of their return.
 /// - **Off the runtime.** Files are read on the watcher's thread or a blocking thread
 ///   (`spawn_blocking`), never on a runtime worker.
-/// - **Cheap when nothing changed.** A SHA-256 of the bytes read is compared with the last one;
+/// - **Cheap when nothing changed.** The bytes read are compared with the last ones passed on;
 ///   unchanged input is not parsed and yields nothing.
-/// - **Nothing read half-way.** The files are stat'ed before and after they are read; a read that
-///   raced a change is read again. Files replaced atomically (new inodes: the `..data` swap, a
-///   rename over the file) are passed on at once. Files written *in place* (the same inodes with
+/// - **Nothing read half-way.** Each file is stat'ed as it is opened, and every path again after
+///   all are read; a read that raced a change is read again. Files replaced atomically (new
+///   inodes: the `..data` swap, a rename over the file) are passed on at once. Files written *in place* (the same inodes with
 ///   new content, e.g. a chain rewritten line by line) are passed on only after they have been
 ///   quiet for [`in_place_quiet`](FileSourceBuilder::in_place_quiet) and a re-read agrees, so a
 ///   leaf without its intermediate is never passed on. A key that does not match its

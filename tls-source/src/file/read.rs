@@ -1,4 +1,5 @@
-//! Reading the files consistently: stat, read, stat again, and read again if a change raced.
+//! Reading the files consistently: each opened and stamped (`fstat`), read, every path stamped
+//! again, and all read again if a change raced.
 
 use std::fs;
 use std::io::Read as _;
