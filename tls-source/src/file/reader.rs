@@ -28,7 +28,7 @@ impl Decoded {
 
 /// The reading half of a [`FileSource`](super::FileSource), for callers that schedule reads themselves: each
 /// [`check`](Self::check) reads the files through their paths and returns a bundle, an error, or
-/// nothing when the bytes are unchanged since the last check (compared by SHA-256, without
+/// nothing when the bytes are unchanged since the last check (compared with the bytes kept, without
 /// parsing). Made by [`FileSourceBuilder::build_reader`]; the poll and notify settings do not
 /// apply to it.
 ///
