@@ -163,7 +163,7 @@ pub use reloader::{Builder, ReloadTask, Reloader};
 /// The rustls this crate builds on, for `ServerConfig`, providers and the rest.
 pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
-pub use tls::{CertResolver, HandshakeHook};
+pub use tls::{CertResolver, HandshakeHook, Takeover};
 pub use tls_source::clock::Rfc3339;
 pub use tls_source::{CertSource, CertSourceExt, FileSource};
 pub use tokio_util::sync::CancellationToken;

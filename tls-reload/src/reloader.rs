@@ -204,7 +204,9 @@ impl Builder {
     /// A [`HandshakeHook`] the resolver asks before its routes on every handshake: what it
     /// answers is served; what it leaves (`None`) goes to the routes. How a source reaches into
     /// handshakes (an ACME TLS-ALPN-01 challenge) without this crate depending on it. Its
-    /// answers are not validated: they are the hook's.
+    /// answers are not validated: they are the hook's. A hook may also take whole handshakes
+    /// over ([`HandshakeHook::take_over`]), which the accept stream serves with a config of
+    /// their own, also before the reloader is ready.
     pub fn handshake_hook(mut self, hook: Arc<dyn HandshakeHook>) -> Self {
         self.hook = Some(hook);
         self
@@ -438,6 +440,56 @@ impl Reloader {
             Some(config) => Ok(rustls::ServerConfig::clone(&config.load())),
             None => tls::server_config(Arc::clone(&self.provider), self.resolver()),
         }
+    }
+
+    /// For an acceptor of your own: the config for a handshake the
+    /// [`HandshakeHook`] takes over (an ACME CA's TLS-ALPN-01 validation), from the
+    /// `ClientHello` rustls's `LazyConfigAcceptor` read; `None` when the hook does not take it
+    /// (serve it as usual). Such a connection is closed once its handshake is done; it gets
+    /// this config also before [`ready`](Self::ready). [`Incoming`](crate::Incoming) does all
+    /// this by itself.
+    ///
+    /// ```no_run
+    /// # async fn run(reloader: tls_reload::Reloader, tcp: tokio::net::TcpStream) -> std::io::Result<()> {
+    /// use tokio_rustls::LazyConfigAcceptor;
+    /// use tokio_rustls::rustls::server::Acceptor;
+    ///
+    /// let start = LazyConfigAcceptor::new(Acceptor::default(), tcp).await?;
+    /// if let Some(config) = reloader.takeover_config(&start.client_hello()) {
+    ///     let mut challenge = start.into_stream(config).await?;
+    ///     tokio::io::AsyncWriteExt::shutdown(&mut challenge).await?;
+    ///     return Ok(());
+    /// }
+    /// let config = std::sync::Arc::new(reloader.server_config().map_err(std::io::Error::other)?);
+    /// let conn = start.into_stream(config).await?;
+    /// // ... serve `conn`.
+    /// # drop(conn); Ok(()) }
+    /// ```
+    pub fn takeover_config(
+        &self,
+        hello: &rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::ServerConfig>> {
+        let takeover = self.resolver.takeover_hook()?.take_over(hello)?;
+        match tls::takeover_config(Arc::clone(&self.provider), takeover) {
+            Ok(config) => Some(config),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot build the config of a handshake a hook takes over");
+                None
+            }
+        }
+    }
+
+    /// Whether the handshake hook takes handshakes over (the accept stream then reads each
+    /// `ClientHello` first).
+    #[cfg(feature = "accept")]
+    pub(crate) fn takes_over(&self) -> bool {
+        self.resolver.takeover_hook().is_some()
+    }
+
+    /// A config that fails every handshake with an alert.
+    #[cfg(feature = "accept")]
+    pub(crate) fn refusing_config(&self) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+        tls::refusing_config(Arc::clone(&self.provider))
     }
 
     /// With [`Builder::client_auth`]: the `ServerConfig` for a new connection, with the client

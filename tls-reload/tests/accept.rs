@@ -195,3 +195,111 @@ async fn a_reloader_that_stops_before_any_certificate_ends_the_stream() {
             .is_none()
     );
 }
+
+/// A hook that takes over handshakes offering exactly one ALPN protocol (as an ACME
+/// TLS-ALPN-01 responder takes the CA's `acme-tls/1` validation).
+#[derive(Debug)]
+struct TakesOver {
+    name: &'static str,
+    key: std::sync::Arc<rustls::sign::CertifiedKey>,
+}
+
+impl tls_reload::HandshakeHook for TakesOver {
+    fn answer(
+        &self,
+        _: &rustls::server::ClientHello<'_>,
+    ) -> Option<std::sync::Arc<rustls::sign::CertifiedKey>> {
+        None
+    }
+
+    fn takes_over(&self) -> bool {
+        true
+    }
+
+    fn take_over(&self, hello: &rustls::server::ClientHello<'_>) -> Option<tls_reload::Takeover> {
+        let only: Vec<&[u8]> = hello.alpn()?.collect();
+        (only == [b"acme-tls/1"] && hello.server_name() == Some(self.name))
+            .then(|| tls_reload::Takeover::new(std::sync::Arc::clone(&self.key), "acme-tls/1"))
+    }
+}
+
+/// Connects offering `alpn`, reports the leaf served, the protocol agreed and what the
+/// server sent before closing.
+async fn offer(
+    addr: std::net::SocketAddr,
+    name: &str,
+    alpn: &[&[u8]],
+) -> std::io::Result<(String, Option<Vec<u8>>, Vec<u8>)> {
+    let mut config = tls_test::client_config();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let mut tls = tls_test::connect(addr, name, config).await?;
+    let (_, conn) = tls.get_ref();
+    let leaf = tls_test::fingerprint(&conn.peer_certificates().unwrap()[0]);
+    let agreed = conn.alpn_protocol().map(<[u8]>::to_vec);
+    let mut sent = Vec::new();
+    let _ = tokio::time::timeout(PATIENCE, tls.read_to_end(&mut sent)).await;
+    Ok((leaf, agreed, sent))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_takes_over_its_handshakes_before_ready_and_after_and_nothing_else() {
+    let ca = TestCa::new("takeover");
+    let (served, challenge) = (ca.leaf(&["a.example.com"]), ca.leaf(&["a.example.com"]));
+    let key = tls_reload::Validator::new(provider(), tls_reload::Policy::default())
+        .validate(&bundle(&challenge))
+        .unwrap()
+        .certified_key()
+        .clone();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .handshake_hook(std::sync::Arc::new(TakesOver {
+            name: "a.example.com",
+            key,
+        }))
+        .spawn(rx)
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = serve(reloader.incoming(listener).unwrap());
+
+    // Nothing installed: the validation gets through, anything else fails (with an alert,
+    // not a hang).
+    let (leaf, agreed, sent) = patiently(
+        "the hook's handshake before ready",
+        offer(addr, "a.example.com", &[b"acme-tls/1"]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(leaf, challenge.fingerprint);
+    assert_eq!(agreed.as_deref(), Some(&b"acme-tls/1"[..]));
+    assert!(sent.is_empty(), "closed after the handshake, never served");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(2),
+        offer(addr, "a.example.com", &[b"h2"]),
+    )
+    .await
+    .expect("refused at once");
+    assert!(refused.is_err(), "not ready: {refused:?}");
+    let other_name = offer(addr, "b.example.com", &[b"acme-tls/1"]).await;
+    assert!(
+        other_name.is_err(),
+        "what the hook leaves is refused before ready"
+    );
+
+    tx.unbounded_send(Ok(bundle(&served))).unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let (leaf, agreed, sent) = offer(addr, "a.example.com", &[b"h2", b"http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(leaf, served.fingerprint);
+    assert_eq!(agreed.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(sent, b"h2", "served by the server");
+    let (leaf, agreed, sent) = offer(addr, "a.example.com", &[b"acme-tls/1"])
+        .await
+        .unwrap();
+    assert_eq!(leaf, challenge.fingerprint, "still the hook's once ready");
+    assert_eq!(agreed.as_deref(), Some(&b"acme-tls/1"[..]));
+    assert!(sent.is_empty());
+    server.abort();
+}

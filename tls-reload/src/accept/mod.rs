@@ -54,6 +54,11 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 ///   closed at once (logged once, at warn level), so a client fails fast instead of hanging in a handshake that cannot complete
 ///   until its own time-out. If the reloader stops before any certificate was installed,
 ///   the stream ends (and says why, at error level).
+/// - **Handshakes a hook takes over** ([`HandshakeHook::take_over`](crate::HandshakeHook::take_over):
+///   an ACME CA's TLS-ALPN-01 validation): with such a hook, each `ClientHello` is read
+///   first and offered to it; what it takes gets the hook's certificate and ALPN protocol
+///   alone, then the connection is closed (never yielded). These are answered before ready
+///   too, when every other handshake fails with an alert.
 /// - **Handshakes in parallel** (each a task of its own, on every worker thread), **each with a
 ///   time-out** ([`handshake_timeout`], default 10 s), at
 ///   most [`max_handshakes`] at once (default 1,024; while that many are in progress, new
@@ -106,6 +111,7 @@ pub struct Incoming<IO> {
     accept_ended: bool,
     local_addr: Option<SocketAddr>,
     acceptor: Acceptor,
+    takeovers: Option<Takeovers>,
     /// Each handshake is a task of its own, so handshakes use every worker thread; aborted
     /// when the stream is dropped or ends.
     handshakes: JoinSet<Option<TlsConnection<IO>>>,
@@ -136,12 +142,21 @@ enum Acceptor {
 }
 
 impl Acceptor {
-    fn get(&self) -> TlsAcceptor {
+    fn config(&self) -> Arc<rustls::ServerConfig> {
         match self {
-            Self::Fixed(acceptor) => acceptor.clone(),
-            Self::PerConnection(config) => TlsAcceptor::from(config.load_full()),
+            Self::Fixed(acceptor) => Arc::clone(acceptor.config()),
+            Self::PerConnection(config) => config.load_full(),
         }
     }
+}
+
+/// With a [`HandshakeHook`](crate::HandshakeHook) that takes handshakes over: each
+/// `ClientHello` is read first and offered to it; before the reloader is ready, what it does
+/// not take fails with an alert.
+#[derive(Clone)]
+struct Takeovers {
+    reloader: Reloader,
+    refusing: Arc<rustls::ServerConfig>,
 }
 
 /// Configures an [`Incoming`]; made by [`Incoming::builder`].
@@ -285,6 +300,14 @@ impl IncomingBuilder {
             }
             Acceptor::Fixed(TlsAcceptor::from(Arc::new(config)))
         };
+        let takeovers = if self.reloader.takes_over() {
+            Some(Takeovers {
+                reloader: self.reloader.clone(),
+                refusing: self.reloader.refusing_config()?,
+            })
+        } else {
+            None
+        };
         let reloader = self.reloader.clone();
         let token = self.token.unwrap_or_else(|| self.reloader.token.clone());
         let cancelled = Box::pin(token.clone().cancelled_owned());
@@ -293,6 +316,7 @@ impl IncomingBuilder {
             accept_ended: false,
             local_addr: None,
             acceptor,
+            takeovers,
             handshakes: JoinSet::new(),
             max_handshakes: self.max_handshakes,
             handshake_timeout: self.handshake_timeout,
@@ -376,15 +400,39 @@ impl<IO> Incoming<IO>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    fn handshake(&mut self, io: IO, peer: Option<SocketAddr>) {
-        let accept = self.acceptor.get().accept(io);
+    /// Starts a handshake; `ready` is false before the reloader is ready, when only a hook
+    /// that takes handshakes over may answer.
+    fn handshake(&mut self, io: IO, peer: Option<SocketAddr>, ready: bool) {
+        let config = self.acceptor.config();
+        let takeovers = self.takeovers.clone();
         let timeout = self.handshake_timeout;
         let recycle = self.recycle.clone();
         let follow = self.follow.clone();
+        let accept = async move {
+            let Some(takeovers) = takeovers else {
+                return Ok(Some(TlsAcceptor::from(config).accept(io).await?));
+            };
+            let start =
+                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io)
+                    .await?;
+            if let Some(own) = takeovers.reloader.takeover_config(&start.client_hello()) {
+                let mut stream = start.into_stream(own).await?;
+                tracing::debug!(peer = ?peer, "a handshake taken over by the handshake hook; closing it");
+                let _ = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_shutdown(cx)).await;
+                return Ok(None);
+            }
+            if !ready {
+                // Fails with an alert: nothing to serve yet.
+                let _ = start.into_stream(takeovers.refusing).await;
+                return Ok(None);
+            }
+            start.into_stream(config).await.map(Some)
+        };
         self.handshakes.spawn(
             async move {
                 match tokio::time::timeout(timeout, accept).await {
-                    Ok(Ok(stream)) => {
+                    Ok(Ok(None)) => None,
+                    Ok(Ok(Some(stream))) => {
                         let recycle = recycle.map(|(age, resolver, status)| {
                             let server_name = stream.get_ref().1.server_name().map(str::to_owned);
                             Recycle {
@@ -448,9 +496,14 @@ where
                             );
                         }
                         self.refused += 1;
-                        drop(io);
+                        if self.takeovers.is_some() {
+                            // A hook may take it over (an ACME validation); else an alert.
+                            self.handshake(io, peer, false);
+                        } else {
+                            drop(io);
+                        }
                     } else {
-                        self.handshake(io, peer);
+                        self.handshake(io, peer, true);
                     }
                 }
                 Poll::Ready(Some(Err(err))) if is_connection_error(&err) => {

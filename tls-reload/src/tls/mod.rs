@@ -17,7 +17,7 @@ use rustls::sign::CertifiedKey;
 use tls_source::CertBundle;
 
 pub(crate) use client_auth::mtls_server_config;
-pub use resolver::{CertResolver, HandshakeHook};
+pub use resolver::{CertResolver, HandshakeHook, Takeover};
 pub(crate) use sni::{RouteName, Slot, Table, TableEdit};
 
 use crate::{Error, Purpose};
@@ -129,6 +129,47 @@ pub(crate) fn server_config(
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(resolver))
+}
+
+/// The config a [`Takeover`] is served with: `provider`'s safe defaults, no client
+/// authentication, its one ALPN protocol, its certificate.
+pub(crate) fn takeover_config(
+    provider: Arc<CryptoProvider>,
+    takeover: Takeover,
+) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    #[derive(Debug)]
+    struct Fixed(Arc<CertifiedKey>);
+    impl rustls::server::ResolvesServerCert for Fixed {
+        fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            Some(Arc::clone(&self.0))
+        }
+    }
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Fixed(takeover.certified)));
+    config.alpn_protocols = vec![takeover.alpn];
+    Ok(Arc::new(config))
+}
+
+/// A config that serves nothing: every handshake fails with an alert (what a connection
+/// that no hook takes over gets before the reloader is ready).
+pub(crate) fn refusing_config(
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    #[derive(Debug)]
+    struct Nothing;
+    impl rustls::server::ResolvesServerCert for Nothing {
+        fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            None
+        }
+    }
+    Ok(Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Nothing)),
+    ))
 }
 
 /// The crypto provider when none was given to the builder, by one rule (the crate docs'

@@ -77,6 +77,66 @@ pub struct CertResolver {
 pub trait HandshakeHook: Send + Sync + std::fmt::Debug + 'static {
     /// The certificate for this handshake, or `None` to let the routes answer.
     fn answer(&self, hello: &ClientHello<'_>) -> Option<Arc<CertifiedKey>>;
+
+    /// Whether this hook takes whole handshakes over ([`take_over`](Self::take_over)). Only
+    /// then does the accept stream read each `ClientHello` before it picks a config (rustls's
+    /// `LazyConfigAcceptor`), and start handshakes before the reloader is ready. Default:
+    /// `false`.
+    fn takes_over(&self) -> bool {
+        false
+    }
+
+    /// A handshake this hook answers alone, with a config of its own ([`Takeover`]): no
+    /// client authentication, the one ALPN protocol it names, its certificate, and the
+    /// connection closed once the handshake is done; never given to the server. Asked before
+    /// anything else, also before the reloader is [ready](crate::Reloader::ready) (an ACME
+    /// CA's TLS-ALPN-01 validation must get through on a first start, when nothing is
+    /// installed yet). `None` (the default) leaves the handshake to the routes.
+    ///
+    /// Only asked when [`takes_over`](Self::takes_over) says so. With an acceptor of your
+    /// own, [`Reloader::takeover_config`](crate::Reloader::takeover_config) asks it.
+    fn take_over(&self, hello: &ClientHello<'_>) -> Option<Takeover> {
+        let _ = hello;
+        None
+    }
+}
+
+/// A handshake a [`HandshakeHook`] answers alone ([`HandshakeHook::take_over`]): the
+/// certificate and the one ALPN protocol it is served with.
+#[derive(Clone)]
+pub struct Takeover {
+    pub(crate) certified: Arc<CertifiedKey>,
+    pub(crate) alpn: Vec<u8>,
+}
+
+impl Takeover {
+    /// The handshake is served `certified`, with `alpn` as the only protocol (a client that
+    /// does not offer it fails the handshake).
+    pub fn new(certified: Arc<CertifiedKey>, alpn: impl Into<Vec<u8>>) -> Self {
+        Self {
+            certified,
+            alpn: alpn.into(),
+        }
+    }
+
+    /// The certificate served.
+    pub fn certified(&self) -> &Arc<CertifiedKey> {
+        &self.certified
+    }
+
+    /// The ALPN protocol served.
+    pub fn alpn(&self) -> &[u8] {
+        &self.alpn
+    }
+}
+
+impl fmt::Debug for Takeover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Takeover")
+            .field("chain_len", &self.certified.cert.len())
+            .field("alpn", &String::from_utf8_lossy(&self.alpn))
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +252,11 @@ impl CertResolver {
             return Some(found);
         }
         if sni.strict { None } else { self.current() }
+    }
+
+    /// The hook, if it takes handshakes over.
+    pub(crate) fn takeover_hook(&self) -> Option<&Arc<dyn HandshakeHook>> {
+        self.hook.as_ref().filter(|hook| hook.takes_over())
     }
 
     /// How many names the SNI table holds.
