@@ -50,6 +50,7 @@ mod fallback;
 mod file;
 pub mod inline;
 mod keyed;
+pub mod layout;
 mod pem;
 mod trigger;
 #[cfg(feature = "x509")]
