@@ -132,16 +132,16 @@ pub(crate) fn server_config(
 }
 
 /// The config a [`Takeover`] is served with: `provider`'s safe defaults, no client
-/// authentication, its one ALPN protocol, its certificate.
+/// authentication, its one ALPN protocol, its certificate (none: the handshake fails).
 pub(crate) fn takeover_config(
     provider: Arc<CryptoProvider>,
     takeover: Takeover,
 ) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
     #[derive(Debug)]
-    struct Fixed(Arc<CertifiedKey>);
+    struct Fixed(Option<Arc<CertifiedKey>>);
     impl rustls::server::ResolvesServerCert for Fixed {
         fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-            Some(Arc::clone(&self.0))
+            self.0.clone()
         }
     }
     let mut config = rustls::ServerConfig::builder_with_provider(provider)

@@ -105,7 +105,7 @@ pub trait HandshakeHook: Send + Sync + std::fmt::Debug + 'static {
 /// certificate and the one ALPN protocol it is served with.
 #[derive(Clone)]
 pub struct Takeover {
-    pub(crate) certified: Arc<CertifiedKey>,
+    pub(crate) certified: Option<Arc<CertifiedKey>>,
     pub(crate) alpn: Vec<u8>,
 }
 
@@ -114,14 +114,23 @@ impl Takeover {
     /// does not offer it fails the handshake).
     pub fn new(certified: Arc<CertifiedKey>, alpn: impl Into<Vec<u8>>) -> Self {
         Self {
-            certified,
+            certified: Some(certified),
             alpn: alpn.into(),
         }
     }
 
-    /// The certificate served.
-    pub fn certified(&self) -> &Arc<CertifiedKey> {
-        &self.certified
+    /// The handshake is taken over and fails with an alert: nothing is served to it (an ACME
+    /// validation for a name with no challenge in progress must not reach the routes).
+    pub fn refuse(alpn: impl Into<Vec<u8>>) -> Self {
+        Self {
+            certified: None,
+            alpn: alpn.into(),
+        }
+    }
+
+    /// The certificate served, `None` when the handshake is refused.
+    pub fn certified(&self) -> Option<&Arc<CertifiedKey>> {
+        self.certified.as_ref()
     }
 
     /// The ALPN protocol served.
@@ -133,7 +142,7 @@ impl Takeover {
 impl fmt::Debug for Takeover {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Takeover")
-            .field("chain_len", &self.certified.cert.len())
+            .field("refused", &self.certified.is_none())
             .field("alpn", &String::from_utf8_lossy(&self.alpn))
             .finish_non_exhaustive()
     }

@@ -1,0 +1,332 @@
+//! Answering the CA's challenges: TLS-ALPN-01 in the handshake ([`Challenges`], a
+//! `HandshakeHook` the reload core asks), HTTP-01 as a tower service ([`Http01`]), DNS-01
+//! through a trait the user implements ([`Dns01Solver`]).
+
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use rustls::crypto::CryptoProvider;
+use rustls::server::ClientHello;
+use rustls::sign::CertifiedKey;
+use tls_reload::{HandshakeHook, Takeover};
+
+/// The ALPN protocol of a TLS-ALPN-01 validation (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The challenge types this crate answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ChallengeType {
+    /// TLS-ALPN-01 (RFC 8737), answered in the handshake on the TLS port (443): the
+    /// accept stream hands the CA's `acme-tls/1` handshake to [`Challenges`]. The default.
+    #[default]
+    TlsAlpn01,
+    /// HTTP-01, answered on port 80 by [`Http01`].
+    Http01,
+    /// DNS-01, answered by a [`Dns01Solver`] of yours; the only one for wildcard names.
+    Dns01,
+}
+
+impl ChallengeType {
+    pub(crate) fn acme(self) -> instant_acme::ChallengeType {
+        match self {
+            Self::TlsAlpn01 => instant_acme::ChallengeType::TlsAlpn01,
+            Self::Http01 => instant_acme::ChallengeType::Http01,
+            Self::Dns01 => instant_acme::ChallengeType::Dns01,
+        }
+    }
+}
+
+impl fmt::Display for ChallengeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TlsAlpn01 => "tls-alpn-01",
+            Self::Http01 => "http-01",
+            Self::Dns01 => "dns-01",
+        })
+    }
+}
+
+impl std::str::FromStr for ChallengeType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tls-alpn-01" => Ok(Self::TlsAlpn01),
+            "http-01" => Ok(Self::Http01),
+            "dns-01" => Ok(Self::Dns01),
+            other => Err(format!(
+                "unknown challenge type {other:?} (tls-alpn-01, http-01 or dns-01)"
+            )),
+        }
+    }
+}
+
+/// The TLS-ALPN-01 responder: a [`HandshakeHook`] that takes over a handshake offering exactly
+/// `acme-tls/1` for a name with a challenge in progress, and serves it the challenge
+/// certificate (self-signed, with the critical acmeIdentifier extension), alone, before ready
+/// too. A validation for a name without a challenge gets no certificate (the handshake fails
+/// with an alert), never a real certificate. Give it to the reload core with
+/// [`Builder::handshake_hook`](tls_reload::Builder::handshake_hook); an acceptor of your own
+/// asks [`Reloader::takeover_config`](tls_reload::Reloader::takeover_config).
+#[derive(Clone, Default)]
+pub struct Challenges {
+    inner: Arc<RwLock<HashMap<String, Arc<CertifiedKey>>>>,
+}
+
+impl Challenges {
+    /// Publishes the challenge for `name`: `digest` is the SHA-256 of the key authorization.
+    pub(crate) fn present(
+        &self,
+        provider: &CryptoProvider,
+        name: &str,
+        digest: &[u8],
+    ) -> Result<(), crate::Error> {
+        let key = challenge_key(provider, name, digest)?;
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_ascii_lowercase(), key);
+        Ok(())
+    }
+
+    /// Withdraws the challenge for `name`.
+    pub(crate) fn clean_up(&self, name: &str) {
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&name.to_ascii_lowercase());
+    }
+
+    /// How many challenges are published now.
+    pub fn len(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no challenge is published now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether this `ClientHello` is a TLS-ALPN-01 validation: it offers exactly
+    /// `acme-tls/1`.
+    pub fn is_validation(hello: &ClientHello<'_>) -> bool {
+        hello.alpn().is_some_and(|mut offered| {
+            offered.next() == Some(ACME_TLS_ALPN) && offered.next().is_none()
+        })
+    }
+}
+
+impl HandshakeHook for Challenges {
+    fn answer(&self, _: &ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        None
+    }
+
+    fn takes_over(&self) -> bool {
+        true
+    }
+
+    fn take_over(&self, hello: &ClientHello<'_>) -> Option<Takeover> {
+        if !Self::is_validation(hello) {
+            return None;
+        }
+        let found = hello.server_name().and_then(|name| {
+            self.inner
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&name.to_ascii_lowercase())
+                .cloned()
+        });
+        if found.is_none() {
+            tracing::debug!(server_name = ?hello.server_name(), "a TLS-ALPN-01 validation for a name with no challenge in progress");
+        }
+        Some(match found {
+            Some(key) => Takeover::new(key, ACME_TLS_ALPN),
+            None => Takeover::refuse(ACME_TLS_ALPN),
+        })
+    }
+}
+
+impl fmt::Debug for Challenges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<String> = self
+            .inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        f.debug_struct("Challenges").field("names", &names).finish()
+    }
+}
+
+/// A TLS-ALPN-01 certificate for `name`: self-signed P-256, the name as its one SAN, and the
+/// critical acmeIdentifier extension.
+fn challenge_key(
+    provider: &CryptoProvider,
+    name: &str,
+    digest: &[u8],
+) -> Result<Arc<CertifiedKey>, crate::Error> {
+    let failed = |e: &dyn fmt::Display| crate::Error::Order {
+        name: name.to_owned(),
+        reason: format!("cannot make the TLS-ALPN-01 certificate: {e}"),
+    };
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| failed(&e))?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![name.to_owned()]).map_err(|e| failed(&e))?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let cert = params.self_signed(&key).map_err(|e| failed(&e))?;
+    let signing = provider
+        .key_provider
+        .load_private_key(rustls::pki_types::PrivateKeyDer::Pkcs8(
+            key.serialize_der().into(),
+        ))
+        .map_err(|e| failed(&e))?;
+    Ok(Arc::new(CertifiedKey::new(
+        vec![cert.der().clone()],
+        signing,
+    )))
+}
+
+/// The HTTP-01 responder: a tower `Service` answering `GET
+/// /.well-known/acme-challenge/{token}` for the configured names with `token.thumbprint`
+/// (RFC 8555 §8.3), and 404 to everything else. It keeps no state of the challenges: the
+/// answer is derived from the token and the account's public thumbprint, so any replica
+/// that knows the account answers. Mount it in axum (`Router::route_service`) or serve it
+/// alone on port 80 with hyper.
+#[derive(Clone)]
+pub struct Http01 {
+    names: Arc<HashSet<String>>,
+    thumbprint: Arc<RwLock<Option<String>>>,
+}
+
+impl Http01 {
+    pub(crate) fn new(names: HashSet<String>, thumbprint: Arc<RwLock<Option<String>>>) -> Self {
+        Self {
+            names: Arc::new(names),
+            thumbprint,
+        }
+    }
+
+    /// The answer to a request for `path` with `host` (its `Host` header, a port allowed), if
+    /// it is a challenge for one of our names.
+    pub fn answer(&self, host: &str, path: &str) -> Option<String> {
+        let token = path.strip_prefix("/.well-known/acme-challenge/")?;
+        let valid_token = !token.is_empty()
+            && token.len() <= 256
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let host = host.rsplit_once(':').map_or(host, |(host, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                host
+            } else {
+                ""
+            }
+        });
+        let ours = self
+            .names
+            .contains(&host.trim_end_matches('.').to_ascii_lowercase());
+        if !(valid_token && ours) {
+            return None;
+        }
+        let thumbprint = self
+            .thumbprint
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        Some(format!("{token}.{thumbprint}"))
+    }
+}
+
+impl fmt::Debug for Http01 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http01")
+            .field("names", &self.names.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> tower_service::Service<http::Request<B>> for Http01 {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let host = request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().host())
+            .unwrap_or_default();
+        let answer = (request.method() == http::Method::GET)
+            .then(|| self.answer(host, request.uri().path()))
+            .flatten();
+        let response = match answer {
+            Some(body) => http::Response::builder()
+                .status(http::StatusCode::OK)
+                .header(http::header::CONTENT_TYPE, "application/octet-stream")
+                .body(Full::new(Bytes::from(body))),
+            None => http::Response::builder()
+                .status(http::StatusCode::NOT_FOUND)
+                .body(Full::new(Bytes::new())),
+        };
+        std::future::ready(Ok(response.unwrap_or_default()))
+    }
+}
+
+/// A future a [`Dns01Solver`] returns.
+pub type SolverFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>>;
+
+/// DNS-01: publishes and removes the `_acme-challenge` TXT record of a name with your DNS
+/// provider's API. No provider is built in.
+///
+/// ```
+/// use tls_acme::{Dns01Solver, SolverFuture};
+///
+/// #[derive(Debug)]
+/// struct MyDns;
+///
+/// impl Dns01Solver for MyDns {
+///     fn present<'a>(&'a self, record: &'a str, value: &'a str) -> SolverFuture<'a> {
+///         Box::pin(async move {
+///             // e.g. PUT the TXT record `value` at `record` through your provider's API.
+///             println!("TXT {record} {value}");
+///             Ok(())
+///         })
+///     }
+///
+///     fn clean_up<'a>(&'a self, record: &'a str, _value: &'a str) -> SolverFuture<'a> {
+///         Box::pin(async move {
+///             println!("delete TXT {record}");
+///             Ok(())
+///         })
+///     }
+/// }
+/// ```
+pub trait Dns01Solver: Send + Sync + fmt::Debug + 'static {
+    /// Publishes `value` as a TXT record at `record` (`_acme-challenge.<name>.`, for a wildcard
+    /// the name without `*.`), and returns once the authoritative servers answer it.
+    fn present<'a>(&'a self, record: &'a str, value: &'a str) -> SolverFuture<'a>;
+
+    /// Removes what [`present`](Self::present) published.
+    fn clean_up<'a>(&'a self, record: &'a str, value: &'a str) -> SolverFuture<'a>;
+}

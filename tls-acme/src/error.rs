@@ -1,0 +1,96 @@
+//! [`Error`]: what went wrong, naming the input (a name, the directory, a state file), never
+//! a key.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+/// An ACME error. Every variant names what it concerns; none carries key material.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration cannot work (at build: no names, a name that is not a DNS name, a
+    /// wildcard without a DNS-01 solver, an unreadable trust file).
+    #[error("ACME configuration: {0}")]
+    Config(String),
+    /// The directory could not be used (unreachable, not trusted, not an ACME directory).
+    #[error("ACME directory {url}: {reason}")]
+    Directory {
+        /// The directory URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The account could not be created or loaded.
+    #[error("ACME account at {url}: {reason}")]
+    Account {
+        /// The directory URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The CA refused the order for good (the identifier is not allowed, a validation failed):
+    /// retried no sooner than an hour later.
+    #[error("{name}: the CA refused the order: {reason}")]
+    Refused {
+        /// The certificate's first name.
+        name: String,
+        /// The CA's reason.
+        reason: String,
+    },
+    /// The CA will not issue for this identifier (`rejectedIdentifier`,
+    /// `unsupportedIdentifier`), or offers no challenge of the configured type for it: not
+    /// retried until the configuration changes.
+    #[error("{name}: the CA will not issue for it: {reason}")]
+    Rejected {
+        /// The certificate's first name.
+        name: String,
+        /// The CA's reason.
+        reason: String,
+    },
+    /// The CA said to wait (`rateLimited`, `Retry-After`).
+    #[error("{name}: rate limited by the CA until {}: {reason}", tls_source::clock::Rfc3339(*until))]
+    RateLimited {
+        /// The certificate's first name.
+        name: String,
+        /// Not before then.
+        until: SystemTime,
+        /// The CA's reason.
+        reason: String,
+    },
+    /// The order could not be completed this time (network, the CA's server error): retried
+    /// with backoff.
+    #[error("{name}: {reason}")]
+    Order {
+        /// The certificate's first name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The CA issued something that cannot be served (not PEM, not for the names ordered,
+    /// not for the key): nothing is stored.
+    #[error("{name}: the CA's certificate cannot be used: {reason}")]
+    BadCertificate {
+        /// The certificate's first name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A file of the state directory could not be read or written.
+    #[error("ACME state {}: {source}", path.display())]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<tls_source::layout::LayoutError> for Error {
+    fn from(e: tls_source::layout::LayoutError) -> Self {
+        Self::State {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}

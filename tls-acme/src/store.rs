@@ -1,0 +1,195 @@
+//! The state directory of one replica: the account, each certificate in the kubelet's
+//! `..data` layout (so a `FileSource` could serve it too), each order in flight (its URL and
+//! its new key, written before a challenge is answered), and each name's schedule (when to
+//! try again, and why). Every set of files is swapped in at once (`tls_source::layout`); key
+//! files and the account are mode 0600.
+//!
+//! ```text
+//! STATE/account/{account.json,directory}
+//! STATE/certs/NAME/{tls.crt,tls.key}      (NAME: the certificate's first name, `*` as `_`)
+//! STATE/orders/NAME/{order.json,key.pem}
+//! STATE/names/NAME/schedule.json
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use instant_acme::AccountCredentials;
+use serde::{Deserialize, Serialize};
+use tls_source::layout;
+
+use crate::Error;
+
+/// A stored certificate: the chain's PEM and the key's.
+pub(crate) struct StoredCert {
+    pub(crate) chain_pem: Vec<u8>,
+    pub(crate) key_pem: Vec<u8>,
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    root: PathBuf,
+}
+
+/// An order in flight: enough for whoever comes next to resume it instead of ordering again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct InFlight {
+    pub(crate) url: String,
+}
+
+/// When a name may be tried again, and why not before.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Schedule {
+    /// Seconds since the epoch.
+    pub(crate) retry_at: Option<u64>,
+    pub(crate) failures: u32,
+    pub(crate) last_error: Option<String>,
+    /// It will not be retried until the configuration changes.
+    #[serde(default)]
+    pub(crate) failed: bool,
+    /// The configuration it failed with (names and challenge): another one tries again.
+    #[serde(default)]
+    pub(crate) failed_for: Option<String>,
+}
+
+pub(crate) fn to_unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+pub(crate) fn from_unix(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// The directory name of a certificate named by its first name.
+fn dir_name(name: &str) -> String {
+    name.replace('*', "_")
+}
+
+impl Store {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<Option<T>, Error> {
+        let Some(bytes) = layout::read(dir, file)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::State {
+                path: dir.join(file),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+            })
+    }
+
+    /// The stored account, if it was made at `directory`.
+    pub(crate) fn account(&self, directory: &str) -> Result<Option<AccountCredentials>, Error> {
+        let dir = self.root.join("account");
+        let stored_for = layout::read(&dir, "directory")?;
+        if stored_for.as_deref() != Some(directory.as_bytes()) {
+            return Ok(None);
+        }
+        Self::read_json(&dir, "account.json")
+    }
+
+    pub(crate) fn save_account(
+        &self,
+        directory: &str,
+        credentials: &AccountCredentials,
+    ) -> Result<(), Error> {
+        let json = serde_json::to_vec(credentials).map_err(|e| Error::Config(e.to_string()))?;
+        layout::write_set(
+            &self.root.join("account"),
+            &[
+                ("account.json", &json, 0o600),
+                ("directory", directory.as_bytes(), 0o644),
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn cert_dir(&self, name: &str) -> PathBuf {
+        self.root.join("certs").join(dir_name(name))
+    }
+
+    /// The stored certificate and key PEM of the certificate named `name`.
+    pub(crate) fn cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
+        let dir = self.cert_dir(name);
+        let (Some(cert), Some(key)) = (
+            layout::read(&dir, "tls.crt")?,
+            layout::read(&dir, "tls.key")?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(StoredCert {
+            chain_pem: cert,
+            key_pem: key,
+        }))
+    }
+
+    pub(crate) fn save_cert(
+        &self,
+        name: &str,
+        chain_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<(), Error> {
+        layout::write_set(
+            &self.cert_dir(name),
+            &[("tls.crt", chain_pem, 0o644), ("tls.key", key_pem, 0o600)],
+        )?;
+        Ok(())
+    }
+
+    /// The order in flight for `name` and its key (PEM).
+    pub(crate) fn order(&self, name: &str) -> Result<Option<(InFlight, Vec<u8>)>, Error> {
+        let dir = self.root.join("orders").join(dir_name(name));
+        let (Some(order), Some(key)) = (
+            Self::read_json::<InFlight>(&dir, "order.json")?,
+            layout::read(&dir, "key.pem")?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some((order, key)))
+    }
+
+    pub(crate) fn save_order(
+        &self,
+        name: &str,
+        order: &InFlight,
+        key_pem: &[u8],
+    ) -> Result<(), Error> {
+        let json = serde_json::to_vec(order).map_err(|e| Error::Config(e.to_string()))?;
+        layout::write_set(
+            &self.root.join("orders").join(dir_name(name)),
+            &[("order.json", &json, 0o644), ("key.pem", key_pem, 0o600)],
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn forget_order(&self, name: &str) -> Result<(), Error> {
+        let dir = self.root.join("orders").join(dir_name(name));
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::State { path: dir, source }),
+        }
+    }
+
+    pub(crate) fn schedule(&self, name: &str) -> Result<Schedule, Error> {
+        Ok(Self::read_json(
+            &self.root.join("names").join(dir_name(name)),
+            "schedule.json",
+        )?
+        .unwrap_or_default())
+    }
+
+    pub(crate) fn save_schedule(&self, name: &str, schedule: &Schedule) -> Result<(), Error> {
+        let json = serde_json::to_vec(schedule).map_err(|e| Error::Config(e.to_string()))?;
+        layout::write_set(
+            &self.root.join("names").join(dir_name(name)),
+            &[("schedule.json", &json, 0o644)],
+        )?;
+        Ok(())
+    }
+}
