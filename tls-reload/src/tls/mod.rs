@@ -154,6 +154,7 @@ pub(crate) fn takeover_config(
 
 /// A config that serves nothing: every handshake fails with an alert (what a connection
 /// that no hook takes over gets before the reloader is ready).
+#[cfg(feature = "accept")]
 pub(crate) fn refusing_config(
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
