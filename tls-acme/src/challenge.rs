@@ -330,3 +330,117 @@ pub trait Dns01Solver: Send + Sync + fmt::Debug + 'static {
     /// Removes what [`present`](Self::present) published.
     fn clean_up<'a>(&'a self, record: &'a str, value: &'a str) -> SolverFuture<'a>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_service::Service as _;
+
+    fn http01(thumbprint: Option<&str>) -> Http01 {
+        Http01::new(
+            ["a.example.com".to_owned()].into_iter().collect(),
+            Arc::new(RwLock::new(thumbprint.map(str::to_owned))),
+        )
+    }
+
+    #[test]
+    fn http01_answers_token_dot_thumbprint_for_our_names_only() {
+        let responder = http01(Some("THUMB"));
+        let path = "/.well-known/acme-challenge/tok_EN-1";
+        assert_eq!(
+            responder.answer("a.example.com", path).as_deref(),
+            Some("tok_EN-1.THUMB")
+        );
+        assert_eq!(
+            responder.answer("A.Example.com.:80", path).as_deref(),
+            Some("tok_EN-1.THUMB"),
+            "case, a final dot and a port do not matter"
+        );
+        assert_eq!(responder.answer("b.example.com", path), None, "not ours");
+        for bad in [
+            "/.well-known/acme-challenge/",
+            "/.well-known/acme-challenge/../x",
+            "/.well-known/acme-challenge/a/b",
+            "/other",
+        ] {
+            assert_eq!(responder.answer("a.example.com", bad), None, "{bad}");
+        }
+        assert_eq!(
+            http01(None).answer("a.example.com", path),
+            None,
+            "no account yet, no answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn http01_is_a_tower_service_answering_get_with_200_and_anything_else_with_404() {
+        let mut responder = http01(Some("THUMB"));
+        let request = |method: http::Method, host: &str| {
+            http::Request::builder()
+                .method(method)
+                .uri("/.well-known/acme-challenge/abc")
+                .header(http::header::HOST, host)
+                .body(())
+                .unwrap()
+        };
+        let ok = responder
+            .call(request(http::Method::GET, "a.example.com"))
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), http::StatusCode::OK);
+        let body = http_body_util::BodyExt::collect(ok.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"abc.THUMB");
+        for (method, host) in [
+            (http::Method::POST, "a.example.com"),
+            (http::Method::GET, "b.example.com"),
+        ] {
+            let response = responder.call(request(method, host)).await.unwrap();
+            assert_eq!(response.status(), http::StatusCode::NOT_FOUND);
+        }
+    }
+
+    #[test]
+    fn challenge_types_parse_from_what_serve_takes() {
+        for t in [
+            ChallengeType::TlsAlpn01,
+            ChallengeType::Http01,
+            ChallengeType::Dns01,
+        ] {
+            assert_eq!(t.to_string().parse::<ChallengeType>(), Ok(t));
+        }
+        let error = "tls-sni-01".parse::<ChallengeType>().unwrap_err();
+        assert!(
+            error.contains("tls-sni-01") && error.contains("http-01"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_challenge_certificate_carries_the_critical_acme_identifier_for_its_name() {
+        let provider = rustls::crypto::ring::default_provider();
+        let challenges = Challenges::default();
+        challenges
+            .present(&provider, "A.example.com", &[7u8; 32])
+            .unwrap();
+        assert_eq!(challenges.len(), 1);
+        let key = challenges.inner.read().unwrap()["a.example.com"].clone();
+        let (_, cert) = x509_parser::parse_x509_certificate(&key.cert[0]).unwrap();
+        let acme_identifier =
+            x509_parser::oid_registry::Oid::from(&[1, 3, 6, 1, 5, 5, 7, 1, 31]).unwrap();
+        let extension = cert
+            .extensions()
+            .iter()
+            .find(|e| e.oid == acme_identifier)
+            .expect("the acmeIdentifier extension");
+        assert!(extension.critical);
+        assert!(
+            extension.value.ends_with(&[7u8; 32]),
+            "the digest, as an OCTET STRING"
+        );
+        challenges.clean_up("a.example.com");
+        assert!(challenges.is_empty());
+    }
+}

@@ -939,3 +939,93 @@ async fn sleep_until(at: SystemTime) {
         tokio::time::sleep(left.min(Duration::from_secs(3600))).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> AcmeBuilder {
+        Acme::builder("https://acme.invalid/directory")
+            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .state_dir("/nonexistent/state")
+    }
+
+    fn config_error(builder: AcmeBuilder) -> String {
+        match builder.build() {
+            Err(Error::Config(reason)) => reason,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_a_ca_does_not_issue_for_are_refused_by_build_naming_them() {
+        for bad in [
+            "localhost",
+            "127.0.0.1",
+            "-a.example.com",
+            "a..example.com",
+            "a_b.example.com",
+            "*.*.example.com",
+            "",
+        ] {
+            let reason = config_error(builder().name(bad));
+            assert!(reason.contains(&format!("{bad:?}")), "{bad}: {reason}");
+        }
+        assert!(
+            builder().name("A.Example.com").build().is_ok(),
+            "case folded"
+        );
+    }
+
+    #[test]
+    fn build_says_what_is_missing_or_inconsistent() {
+        let reason = config_error(builder().name("*.example.com"));
+        assert!(
+            reason.contains("*.example.com") && reason.contains("dns-01"),
+            "{reason}"
+        );
+        let reason = config_error(
+            builder()
+                .name("a.example.com")
+                .challenge(ChallengeType::Dns01),
+        );
+        assert!(reason.contains("solver"), "{reason}");
+        let reason = config_error(builder().name("a.example.com").name("A.example.com"));
+        assert!(reason.contains("twice"), "{reason}");
+        let reason = config_error(builder());
+        assert!(reason.contains("no names"), "{reason}");
+        let reason = config_error(
+            Acme::builder("https://acme.invalid/directory")
+                .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .name("a.example.com"),
+        );
+        assert!(reason.contains("state directory"), "{reason}");
+        let reason = config_error(
+            builder()
+                .name("a.example.com")
+                .directory_ca_file("/nonexistent/ca.pem"),
+        );
+        assert!(reason.contains("/nonexistent/ca.pem"), "{reason}");
+    }
+
+    #[test]
+    fn backoff_doubles_from_a_minute_to_a_day_and_is_jittered_down_by_at_most_a_tenth() {
+        for (failures, base) in [
+            (1, 60),
+            (2, 120),
+            (3, 240),
+            (11, 61_440),
+            (12, 86_400),
+            (40, 86_400),
+        ] {
+            let base = Duration::from_secs(base);
+            for _ in 0..20 {
+                let wait = backoff(failures);
+                assert!(
+                    wait <= base && wait >= base - base / 10,
+                    "{failures}: {wait:?}"
+                );
+            }
+        }
+    }
+}

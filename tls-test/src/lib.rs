@@ -9,11 +9,13 @@
 //! - [`KubeApi`]: a Kubernetes API emulator (Secrets, Leases; list, watch, writes with
 //!   preconditions) with fault injection, for `kube::Client` to talk to; an [`Endpoint`] per
 //!   client partitions or pauses one replica while the others carry on.
+//! - [`Pebble`]: Let's Encrypt's ACME test server and its DNS server, per test, on free ports.
 
 mod certs;
 mod kube_api;
 mod kube_dir;
 mod logs;
+mod pebble;
 mod probe;
 mod server;
 
@@ -24,6 +26,7 @@ pub use certs::{
 pub use kube_api::{Endpoint, KubeApi, Link, kubeconfig};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use logs::Logs;
+pub use pebble::{Pebble, PebbleBuilder, free_port};
 pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
     probe, probe_trusting,

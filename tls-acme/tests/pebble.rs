@@ -1,0 +1,492 @@
+//! tls-acme against Pebble, Let's Encrypt's ACME test server (Debian package `pebble`): each
+//! test starts its own Pebble and DNS server (challtestsrv, which resolves every name to
+//! 127.0.0.1 unless told otherwise), a real server of ours on loopback, and checks what a
+//! client is served against Pebble's issuing root. Orders are counted in Pebble's log.
+//!
+//! Faults injected: a name whose validation the CA cannot complete (its name resolves to an
+//! address where nothing answers), a directory URL that is not an ACME directory, a directory
+//! whose HTTPS certificate is not trusted, a stored certificate that was damaged on disk.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
+use tls_acme::{
+    Acme, AcmeBuilder, AcmeStatus, ChallengeType, Dns01Solver, NameState, SolverFuture,
+};
+use tls_reload::Reloader;
+use tls_test::{PATIENCE, Pebble, probe_trusting};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpListener;
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server of ours: the ACME certificates as SNI routes (strict), TLS-ALPN-01 answered in its
+/// accept stream.
+struct Server {
+    acme: Acme,
+    reloader: Reloader,
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.reloader.stop();
+    }
+}
+
+impl Server {
+    fn start(builder: AcmeBuilder, listener: TcpListener) -> Self {
+        let acme = builder.build().expect("a valid configuration");
+        let reloader = Reloader::builder()
+            .crypto_provider(provider())
+            .routes(acme.source().expect("the source"))
+            .handshake_hook(acme.challenges())
+            .sni_strict(true)
+            .spawn_routes()
+            .expect("a reloader");
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = reloader.incoming(listener).unwrap();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                tokio::spawn(async move {
+                    let _ = conn.write_all(b"served").await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        Self {
+            acme,
+            reloader,
+            addr,
+            task,
+        }
+    }
+
+    async fn until(&self, what: &str, pred: impl FnMut(&AcmeStatus) -> bool) -> AcmeStatus {
+        until(self.acme.status(), what, pred).await
+    }
+}
+
+/// Waits (longer than [`PATIENCE`]: a CA validates and issues) until the status satisfies
+/// `pred`.
+async fn until(
+    mut rx: tokio::sync::watch::Receiver<AcmeStatus>,
+    what: &str,
+    mut pred: impl FnMut(&AcmeStatus) -> bool,
+) -> AcmeStatus {
+    let found = tokio::time::timeout(PATIENCE * 3, async {
+        rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
+    })
+    .await;
+    match found {
+        Ok(Ok(status)) => status,
+        _ => panic!(
+            "timed out waiting for {what}; last status: {:#?}",
+            *rx.borrow()
+        ),
+    }
+}
+
+fn all_valid(status: &AcmeStatus) -> bool {
+    status.names.values().all(|n| n.state == NameState::Valid)
+}
+
+fn client(pebble: &Pebble, state: &Path) -> AcmeBuilder {
+    Acme::builder(pebble.directory_url())
+        .contact("ops@example.com")
+        .directory_roots(vec![pebble.https_ca_der()])
+        .crypto_provider(provider())
+        .state_dir(state)
+        .stagger(Duration::from_millis(10))
+}
+
+/// Every name is served a chain that verifies against Pebble's root, for that name.
+async fn assert_served(addr: SocketAddr, names: &[&str], root: &CertificateDer<'static>) {
+    for name in names {
+        let served = probe_trusting(addr, name, std::slice::from_ref(root))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(served.chain.len() >= 2, "{name}: leaf and intermediate");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_alpn_01_issues_every_name_and_a_restart_serves_what_is_stored_ordering_nothing() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let names = ["a.example.com", "b.example.com", "c.example.net"];
+    let mut builder = client(&pebble, state.path());
+    for name in names {
+        builder = builder.name(name);
+    }
+    let server = Server::start(builder, listener);
+    // Before anything is stored, the CA's validation gets through while other handshakes are
+    // refused: the names are issued through the same port.
+    let status = server
+        .until("every name issued and scheduled", |s| {
+            all_valid(s) && s.names.values().all(|n| n.renew_after.is_some())
+        })
+        .await;
+    assert!(status.account.is_some(), "{status:#?}");
+    let root = pebble.issuing_root().await;
+    server.reloader.ready_timeout(PATIENCE).await.unwrap();
+    assert_served(server.addr, &names, &root).await;
+    assert!(
+        probe_trusting(
+            server.addr,
+            "other.example.com",
+            std::slice::from_ref(&root)
+        )
+        .await
+        .is_err(),
+        "a name that is not configured is refused (strict SNI)"
+    );
+    assert_eq!(pebble.orders(), 3, "{}", pebble.log());
+    for name in names {
+        let renew = status.names[name].renew_after.expect("a renewal time");
+        let not_after = status.names[name].not_after.expect("an end");
+        assert!(
+            renew > SystemTime::now() && renew < not_after,
+            "{name}: {status:#?}"
+        );
+    }
+    let key = state.path().join("certs/a.example.com/tls.key");
+    assert_eq!(
+        mode(&key) & 0o077,
+        0,
+        "the key is readable by its owner only"
+    );
+
+    // Restart on the same state: served at once, nothing ordered.
+    let addr = server.addr;
+    drop(server);
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let mut builder = client(&pebble, state.path());
+    for name in names {
+        builder = builder.name(name);
+    }
+    let server = Server::start(builder, listener);
+    server.reloader.ready_timeout(PATIENCE).await.unwrap();
+    assert_served(server.addr, &names, &root).await;
+    let status = server
+        .until("every name scheduled for renewal", |s| {
+            all_valid(s) && s.names.values().all(|n| n.renew_after.is_some())
+        })
+        .await;
+    assert!(
+        status
+            .names
+            .values()
+            .all(|n| n.renew_after.unwrap() > SystemTime::now()),
+        "nothing due: {status:#?}"
+    );
+    assert_eq!(pebble.orders(), 3, "a restart orders nothing");
+    assert_eq!(
+        pebble.log_matching("POST /sign-me-up"),
+        1,
+        "the stored account is used"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_01_answered_by_the_tower_service_mounted_in_axum() {
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_port = http.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().http_port(http_port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = Server::start(
+        client(&pebble, state.path())
+            .name("web.example.com")
+            .challenge(ChallengeType::Http01),
+        listener,
+    );
+    let app = axum::Router::new()
+        .route_service("/.well-known/acme-challenge/{token}", server.acme.http01());
+    let responder = tokio::spawn(async move { axum::serve(http, app).await });
+    server.until("the name issued", all_valid).await;
+    let root = pebble.issuing_root().await;
+    assert_served(server.addr, &["web.example.com"], &root).await;
+    assert_eq!(pebble.orders(), 1);
+    responder.abort();
+}
+
+/// A DNS-01 solver publishing through challtestsrv's management API, as one would through a
+/// DNS provider's.
+#[derive(Debug)]
+struct Challtestsrv(Arc<Pebble>);
+
+impl Dns01Solver for Challtestsrv {
+    fn present<'a>(&'a self, record: &'a str, value: &'a str) -> SolverFuture<'a> {
+        Box::pin(async move { Ok(self.0.set_txt(record, value).await?) })
+    }
+
+    fn clean_up<'a>(&'a self, record: &'a str, _value: &'a str) -> SolverFuture<'a> {
+        Box::pin(async move { Ok(self.0.clear_txt(record).await?) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_01_issues_a_wildcard_through_the_solver() {
+    let Some(pebble) = Pebble::builder().start().await else {
+        return;
+    };
+    let pebble = Arc::new(pebble);
+    let state = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = Server::start(
+        client(&pebble, state.path())
+            .group(["*.apps.example.com", "apps.example.com"])
+            .challenge(ChallengeType::Dns01)
+            .dns01_solver(Arc::new(Challtestsrv(Arc::clone(&pebble)))),
+        listener,
+    );
+    let status = server.until("the wildcard issued", all_valid).await;
+    assert!(
+        status.names.contains_key("*.apps.example.com"),
+        "{status:#?}"
+    );
+    let root = pebble.issuing_root().await;
+    assert_served(
+        server.addr,
+        &[
+            "one.apps.example.com",
+            "two.apps.example.com",
+            "apps.example.com",
+        ],
+        &root,
+    )
+    .await;
+    assert_eq!(pebble.orders(), 1, "one certificate for the group");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_are_served() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    // The CA's validator is sent where nothing listens.
+    pebble
+        .add_a("broken.example.com", Ipv4Addr::new(127, 0, 0, 9))
+        .await;
+    let state = tempfile::tempdir().unwrap();
+    let builder = || {
+        client(&pebble, state.path())
+            .name("good.example.com")
+            .name("broken.example.com")
+    };
+    let server = Server::start(builder(), listener);
+    let status = server
+        .until("one issued, one backing off", |s| {
+            s.names["good.example.com"].state == NameState::Valid
+                && s.names["broken.example.com"].state == NameState::Backoff
+        })
+        .await;
+    let broken = &status.names["broken.example.com"];
+    let reason = broken.last_error.as_deref().unwrap();
+    assert!(
+        reason.contains("broken.example.com") && reason.contains("127.0.0.9"),
+        "the CA's reason, naming the name: {reason}"
+    );
+    let retry_at = broken.retry_at.unwrap();
+    let wait = retry_at.duration_since(SystemTime::now()).unwrap();
+    assert!(
+        wait > tls_acme::REFUSED_BACKOFF - Duration::from_secs(60),
+        "an invalid order waits an hour at least: {wait:?}"
+    );
+    let root = pebble.issuing_root().await;
+    assert_served(server.addr, &["good.example.com"], &root).await;
+    assert!(
+        probe_trusting(
+            server.addr,
+            "broken.example.com",
+            std::slice::from_ref(&root)
+        )
+        .await
+        .is_err()
+    );
+    assert_eq!(pebble.orders(), 2, "one order each, no retry loop");
+
+    // A restart keeps the wait: the time to retry is stored.
+    let addr = server.addr;
+    drop(server);
+    let server = Server::start(builder(), TcpListener::bind(addr).await.unwrap());
+    let status = server
+        .until("the stored schedule", |s| {
+            s.names["broken.example.com"].state == NameState::Backoff
+                && s.names["good.example.com"].renew_after.is_some()
+        })
+        .await;
+    assert_eq!(
+        status.names["broken.example.com"].retry_at.map(secs),
+        Some(secs(retry_at)),
+        "the same retry time, to the second"
+    );
+    assert_eq!(pebble.orders(), 2, "nothing ordered early after a restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_certificates_are_renewed_before_they_expire_with_no_failed_handshake() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder()
+        .tls_port(port)
+        .validity(Duration::from_secs(12))
+        .start()
+        .await
+    else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client(&pebble, state.path()).name("short.example.com"),
+        listener,
+    );
+    let first = server.until("issued", all_valid).await;
+    let first_end = first.names["short.example.com"].not_after.unwrap();
+    let root = pebble.issuing_root().await;
+    let addr = server.addr;
+    // Handshakes all along, each verified against the root (validity included).
+    let prober = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            let served = probe_trusting(addr, "short.example.com", std::slice::from_ref(&root))
+                .await
+                .expect("no failed handshake");
+            if seen.last() != Some(&served.fingerprint) {
+                seen.push(served.fingerprint);
+            }
+            if seen.len() == 3 {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let seen = tokio::time::timeout(Duration::from_secs(40), prober)
+        .await
+        .expect("renewed twice")
+        .expect("no failed handshake");
+    assert_eq!(seen.len(), 3);
+    let status = server.acme.status().borrow().clone();
+    assert!(
+        status.names["short.example.com"].not_after.unwrap() > first_end,
+        "{status:#?}"
+    );
+    assert!(pebble.orders() >= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_that_is_not_acme_or_not_trusted_is_reported_and_nothing_is_stored() {
+    let Some(pebble) = Pebble::builder().start().await else {
+        return;
+    };
+    // Pebble's own HTTPS, but not its directory.
+    let state = tempfile::tempdir().unwrap();
+    let not_acme = format!("https://localhost:{}/roots/0", pebble.addr().port());
+    let acme = Acme::builder(&not_acme)
+        .directory_roots(vec![pebble.https_ca_der()])
+        .crypto_provider(provider())
+        .state_dir(state.path())
+        .name("a.example.com")
+        .build()
+        .unwrap();
+    let mut source = acme.source().unwrap();
+    let reported = tokio::spawn(async move { while source.next().await.is_some() {} });
+    let status = until(acme.status(), "the account error", |s| {
+        s.account_error.is_some()
+    })
+    .await;
+    let error = status.account_error.unwrap();
+    assert!(error.contains(&not_acme), "names the URL: {error}");
+    assert!(error.contains("not an ACME directory"), "{error}");
+    reported.abort();
+
+    // The directory, over HTTPS whose CA is not trusted.
+    let untrusted = tempfile::tempdir().unwrap();
+    let acme = Acme::builder(pebble.directory_url())
+        .crypto_provider(provider())
+        .state_dir(untrusted.path())
+        .name("a.example.com")
+        .build()
+        .unwrap();
+    let mut source = acme.source().unwrap();
+    let reported = tokio::spawn(async move { while source.next().await.is_some() {} });
+    let status = until(acme.status(), "the account error", |s| {
+        s.account_error.is_some()
+    })
+    .await;
+    let error = status.account_error.unwrap();
+    assert!(
+        error.contains(&pebble.directory_url()) && error.to_lowercase().contains("certificate"),
+        "names the URL and the certificate: {error}"
+    );
+    reported.abort();
+    assert_eq!(pebble.orders(), 0);
+    for dir in [state.path(), untrusted.path()] {
+        assert!(
+            !dir.join("account").exists(),
+            "no account stored in {}",
+            dir.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client(&pebble, state.path()).name("d.example.com"),
+        listener,
+    );
+    server.until("issued", all_valid).await;
+    let addr = server.addr;
+    drop(server);
+    // Truncated on disk (a full volume, a hand edit).
+    let cert = state.path().join("certs/d.example.com/tls.crt");
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let target = std::fs::canonicalize(&cert).unwrap();
+    std::fs::write(&target, &pem[..pem.len() / 2]).unwrap();
+
+    let server = Server::start(
+        client(&pebble, state.path()).name("d.example.com"),
+        TcpListener::bind(addr).await.unwrap(),
+    );
+    server.until("issued again", all_valid).await;
+    let root = pebble.issuing_root().await;
+    assert_served(addr, &["d.example.com"], &root).await;
+    assert_eq!(pebble.orders(), 2);
+    let status = server.reloader.status().borrow().clone();
+    let route = &status.routes["d.example.com"];
+    assert!(route.current.is_some(), "{route:#?}");
+}
+
+fn secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode()
+}
