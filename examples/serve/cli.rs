@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser};
+use tls_acme::ChallengeType;
 
 /// The poll interval's bounds: below 10 ms a poll is a busy loop; beyond a year, time
 /// arithmetic overflows for nothing.
@@ -25,6 +26,8 @@ const NO_OVERLAP: (Duration, &str) = (Duration::ZERO, "0s");
 const SEAL: &str =
     "Sealed at rest (with --k8s-shared; keep the key where readers of the Secrets cannot get it)";
 const SNI: &str = "SNI (the certificate chosen above is the default, for every other name)";
+const ACME: &str =
+    "ACME (a certificate from an ACME CA for each --acme-domain, served as its SNI route)";
 const SELF_SIGNED: &str =
     "With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1";
 
@@ -115,6 +118,40 @@ pub(crate) struct Cli {
     #[arg(long, help_heading = SEAL)]
     seal_served_key: bool,
 
+    /// The ACME directory URL, e.g. https://acme-v02.api.letsencrypt.org/directory
+    #[arg(long, value_name = "URL", help_heading = ACME)]
+    acme_directory: Option<String>,
+    /// A DNS name to get a certificate for (repeatable; one certificate each; no wildcards:
+    /// they need DNS-01, which serve cannot answer)
+    #[arg(long, value_name = "NAME", help_heading = ACME)]
+    acme_domain: Vec<String>,
+    /// The account's contact address
+    #[arg(long, value_name = "ADDR", help_heading = ACME)]
+    acme_email: Option<String>,
+    /// Also trust the CA certificates in this PEM file for the directory's HTTPS (a private or
+    /// test CA)
+    #[arg(long, value_name = "PATH", help_heading = ACME)]
+    acme_directory_ca: Option<PathBuf>,
+    /// Keep the account, the certificates and the orders in flight in DIR (one replica): a
+    /// restart serves what is stored and orders nothing that still fits
+    #[arg(long, value_name = "DIR", help_heading = ACME)]
+    acme_state: Option<PathBuf>,
+    /// tls-alpn-01 (answered on --listen) or http-01 (answered on --acme-http-listen)
+    /// [default: tls-alpn-01]
+    #[arg(long, value_name = "TYPE", value_parser = acme_challenge, help_heading = ACME)]
+    acme_challenge: Option<ChallengeType>,
+    /// Answer HTTP-01 over plain HTTP on ADDR (port 80 for a public CA)
+    #[arg(long, value_name = "ADDR", help_heading = ACME,
+          value_parser = address("--acme-http-listen", "0.0.0.0:80"))]
+    acme_http_listen: Option<SocketAddr>,
+    /// External account binding: the key id the CA gave (needs --acme-eab-key)
+    #[arg(long, value_name = "ID", help_heading = ACME)]
+    acme_eab_kid: Option<String>,
+    /// External account binding: the HMAC key the CA gave, base64url
+    // Decoded in `check`: clap's report of a value it refuses would show the key.
+    #[arg(long, value_name = "B64URL", value_parser = secret, help_heading = ACME)]
+    acme_eab_key: Option<Secret>,
+
     /// Serve DIR/tls.crt + DIR/tls.key to handshakes for NAME (exact, or *.example.com for one
     /// label); repeatable
     #[arg(long, value_name = "NAME=DIR", value_parser = sni_route, help_heading = SNI)]
@@ -203,6 +240,46 @@ pub(crate) struct Sni {
     pub(crate) ready_before_lists: bool,
 }
 
+/// The ACME client of `--acme-directory`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct AcmeArgs {
+    pub(crate) directory: String,
+    pub(crate) domains: Vec<String>,
+    pub(crate) email: Option<String>,
+    pub(crate) directory_ca: Option<PathBuf>,
+    pub(crate) state: PathBuf,
+    pub(crate) challenge: ChallengeType,
+    pub(crate) http_listen: Option<SocketAddr>,
+    /// External account binding: the key id and the HMAC key.
+    pub(crate) eab: Option<(String, EabKey)>,
+}
+
+/// An external account binding's HMAC key (kept out of `Debug`).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct EabKey(pub(crate) Vec<u8>);
+
+impl std::fmt::Debug for EabKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EabKey(..)")
+    }
+}
+
+/// A flag's value that is a secret, as given (kept out of `Debug`).
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Takes any value: checked later, so that no report shows it.
+#[allow(clippy::unnecessary_wraps)] // clap's value parsers return a Result
+fn secret(v: &str) -> Result<Secret, String> {
+    Ok(Secret(v.to_owned()))
+}
+
 /// What serve runs with: the flags, checked together.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Args {
@@ -220,6 +297,7 @@ pub(crate) struct Args {
     /// Where to serve Prometheus metrics.
     pub(crate) metrics: Option<SocketAddr>,
     pub(crate) seal: SealArgs,
+    pub(crate) acme: Option<AcmeArgs>,
 }
 
 impl Args {
@@ -300,6 +378,20 @@ impl Cli {
                     .into(),
             );
         }
+        let acme = Self::acme(
+            AcmeFlags {
+                directory: self.acme_directory,
+                domains: self.acme_domain,
+                email: self.acme_email,
+                directory_ca: self.acme_directory_ca,
+                state: self.acme_state,
+                challenge: self.acme_challenge,
+                http_listen: self.acme_http_listen,
+                eab_kid: self.acme_eab_kid,
+                eab_key: self.acme_eab_key,
+            },
+            self.k8s_shared.is_some(),
+        )?;
         let self_signed = SelfSignedArgs {
             names: self.name,
             validity: self.self_signed_validity,
@@ -365,7 +457,156 @@ impl Cli {
                 .map(|path| (path, self.ca_overlap.unwrap_or_default())),
             metrics: self.metrics,
             seal,
+            acme,
         })
+    }
+
+    /// The `--acme-*` flags, checked together and against what tls-acme accepts.
+    fn acme(flags: AcmeFlags, shared: bool) -> Result<Option<AcmeArgs>, String> {
+        let Some(directory) = flags.directory else {
+            let given = !flags.domains.is_empty()
+                || flags.email.is_some()
+                || flags.directory_ca.is_some()
+                || flags.state.is_some()
+                || flags.challenge.is_some()
+                || flags.http_listen.is_some()
+                || flags.eab_kid.is_some()
+                || flags.eab_key.is_some();
+            if given {
+                return Err("the --acme-* flags go with --acme-directory".into());
+            }
+            return Ok(None);
+        };
+        if !directory.starts_with("https://") {
+            return Err(format!(
+                "--acme-directory {directory}: an https:// URL is needed"
+            ));
+        }
+        if flags.domains.is_empty() {
+            return Err("--acme-directory needs at least one --acme-domain".into());
+        }
+        if let Some(wildcard) = flags.domains.iter().find(|d| d.starts_with("*.")) {
+            return Err(format!(
+                "--acme-domain {wildcard}: a wildcard can only be validated by dns-01, and serve has no DNS-01 solver (the tls-acme library takes one)"
+            ));
+        }
+        let challenge = flags.challenge.unwrap_or_default();
+        match (challenge, flags.http_listen) {
+            (ChallengeType::Http01, None) => {
+                return Err(
+                    "--acme-challenge http-01 needs --acme-http-listen (where the CA's request arrives)"
+                        .into(),
+                );
+            }
+            (ChallengeType::Http01, Some(_)) | (_, None) => {}
+            (_, Some(_)) => {
+                return Err("--acme-http-listen goes with --acme-challenge http-01".into());
+            }
+        }
+        let eab = match (flags.eab_kid, flags.eab_key) {
+            (Some(kid), Some(key)) => Some((kid, eab_key(&key.0)?)),
+            (None, None) => None,
+            _ => return Err("--acme-eab-kid and --acme-eab-key go together".into()),
+        };
+        if shared {
+            return Err(
+                "--acme-directory with --k8s-shared (ACME for a fleet) is not built yet: run one replica with --acme-state"
+                    .into(),
+            );
+        }
+        let state = flags.state.ok_or(
+            "--acme-directory needs --acme-state DIR: without it every restart orders every certificate again",
+        )?;
+        // What the library refuses, refused here with the flag named (exit 2, not 1).
+        let check = |builder: tls_acme::AcmeBuilder| {
+            builder
+                .crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .state_dir(&state)
+                .challenge(challenge)
+                .build()
+                .map(drop)
+        };
+        for domain in &flags.domains {
+            check(tls_acme::Acme::builder(&directory).name(domain))
+                .map_err(|e| format!("--acme-domain {domain}: {}", config_reason(&e)))?;
+        }
+        check(flags.domains.iter().fold(
+            tls_acme::Acme::builder(&directory),
+            tls_acme::AcmeBuilder::name,
+        ))
+        .map_err(|e| format!("--acme-domain: {}", config_reason(&e)))?;
+        if let Some(ca) = &flags.directory_ca {
+            check(
+                tls_acme::Acme::builder(&directory)
+                    .name(&flags.domains[0])
+                    .directory_ca_file(ca),
+            )
+            .map_err(|e| {
+                format!(
+                    "--acme-directory-ca {}: {}",
+                    ca.display(),
+                    config_reason(&e)
+                )
+            })?;
+        }
+        Ok(Some(AcmeArgs {
+            directory,
+            domains: flags.domains,
+            email: flags.email,
+            directory_ca: flags.directory_ca,
+            state,
+            challenge,
+            http_listen: flags.http_listen,
+            eab,
+        }))
+    }
+}
+
+/// The `--acme-*` flags as given.
+struct AcmeFlags {
+    directory: Option<String>,
+    domains: Vec<String>,
+    email: Option<String>,
+    directory_ca: Option<PathBuf>,
+    state: Option<PathBuf>,
+    challenge: Option<ChallengeType>,
+    http_listen: Option<SocketAddr>,
+    eab_kid: Option<String>,
+    eab_key: Option<Secret>,
+}
+
+/// The reason of a configuration error, without the library's prefix.
+fn config_reason(error: &tls_acme::Error) -> String {
+    match error {
+        tls_acme::Error::Config(reason) => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `--acme-challenge`: what serve can answer.
+fn acme_challenge(v: &str) -> Result<ChallengeType, String> {
+    match v.parse() {
+        Ok(ChallengeType::Dns01) => Err(format!(
+            "--acme-challenge {v}: serve has no DNS-01 solver (tls-alpn-01 or http-01)"
+        )),
+        Ok(challenge) => Ok(challenge),
+        Err(_) => Err(format!(
+            "--acme-challenge {v}: expected tls-alpn-01 or http-01"
+        )),
+    }
+}
+
+/// `--acme-eab-key`: base64url, padded or not.
+fn eab_key(v: &str) -> Result<EabKey, String> {
+    use base64::Engine as _;
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::URL_SAFE,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    match engine.decode(v.trim()) {
+        Ok(key) if !key.is_empty() => Ok(EabKey(key)),
+        _ => Err("--acme-eab-key: not base64url (the value is not shown: it is a secret)".into()),
     }
 }
 
@@ -764,6 +1005,202 @@ mod tests {
         );
     }
 
+    const DIRECTORY: &str = "https://acme.example.net/directory";
+
+    #[test]
+    fn acme_flags_take_their_values_with_tls_alpn_01_by_default() {
+        let args = parse(&[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
+            "--acme-domain",
+            "b.example.com",
+            "--acme-email",
+            "ops@example.com",
+            "--acme-state",
+            "/var/lib/acme",
+            "--acme-eab-kid",
+            "kid-1",
+            "--acme-eab-key",
+            "c2VjcmV0LWhtYWMta2V5",
+        ])
+        .unwrap();
+        let acme = args.acme.unwrap();
+        assert_eq!(acme.directory, DIRECTORY);
+        assert_eq!(acme.domains, ["a.example.com", "b.example.com"]);
+        assert_eq!(acme.email.as_deref(), Some("ops@example.com"));
+        assert_eq!(acme.state, PathBuf::from("/var/lib/acme"));
+        assert_eq!(acme.challenge, ChallengeType::TlsAlpn01);
+        assert_eq!(
+            acme.eab,
+            Some(("kid-1".into(), EabKey(b"secret-hmac-key".to_vec())))
+        );
+        assert!(!format!("{acme:?}").contains("c2VjcmV0"), "no key in Debug");
+        assert_eq!(
+            args.certs,
+            Certs::SelfSigned(SelfSignedArgs::default()),
+            "the default stays"
+        );
+
+        let http = parse(&[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
+            "--acme-state",
+            "/var/lib/acme",
+            "--acme-challenge",
+            "http-01",
+            "--acme-http-listen",
+            "0.0.0.0:80",
+        ])
+        .unwrap()
+        .acme
+        .unwrap();
+        assert_eq!(http.challenge, ChallengeType::Http01);
+        assert_eq!(http.http_listen, Some("0.0.0.0:80".parse().unwrap()));
+    }
+
+    #[test]
+    fn bad_acme_flags_exit_2_with_the_reason() {
+        let base = ["--acme-directory", DIRECTORY, "--acme-state", "/tmp/acme"];
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            base.iter().chain(extra).copied().collect()
+        };
+        refused(
+            &with(&["--acme-domain", "*.example.com"]),
+            "--acme-domain *.example.com",
+            "serve has no DNS-01 solver",
+        );
+        refused(
+            &with(&[
+                "--acme-domain",
+                "a.example.com",
+                "--acme-challenge",
+                "dns-01",
+            ]),
+            "--acme-challenge dns-01",
+            "no DNS-01 solver",
+        );
+        refused(
+            &with(&[
+                "--acme-domain",
+                "a.example.com",
+                "--acme-challenge",
+                "tls-sni-01",
+            ]),
+            "--acme-challenge tls-sni-01",
+            "expected tls-alpn-01 or http-01",
+        );
+        refused(
+            &with(&["--acme-domain", "10.0.0.1"]),
+            "--acme-domain 10.0.0.1",
+            "is not a DNS name",
+        );
+        refused(
+            &with(&[
+                "--acme-domain",
+                "a.example.com",
+                "--acme-domain",
+                "A.example.com",
+            ]),
+            "--acme-domain",
+            "configured twice",
+        );
+        refused(&with(&[]), "--acme-directory", "at least one --acme-domain");
+        refused(
+            &[
+                "--acme-directory",
+                DIRECTORY,
+                "--acme-domain",
+                "a.example.com",
+            ],
+            "--acme-state",
+            "every restart orders every certificate again",
+        );
+        refused(
+            &[
+                "--acme-directory",
+                "http://acme.example.net/directory",
+                "--acme-domain",
+                "a.example.com",
+            ],
+            "--acme-directory http://",
+            "https:// URL",
+        );
+        refused(
+            &with(&[
+                "--acme-domain",
+                "a.example.com",
+                "--acme-challenge",
+                "http-01",
+            ]),
+            "--acme-http-listen",
+            "where the CA's request arrives",
+        );
+        refused(
+            &with(&[
+                "--acme-domain",
+                "a.example.com",
+                "--acme-http-listen",
+                "0.0.0.0:80",
+            ]),
+            "--acme-http-listen",
+            "goes with --acme-challenge http-01",
+        );
+        refused(
+            &with(&["--acme-domain", "a.example.com", "--acme-eab-kid", "kid"]),
+            "--acme-eab-kid and --acme-eab-key",
+            "go together",
+        );
+        let err = parse(&with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-eab-kid",
+            "kid",
+            "--acme-eab-key",
+            "not*base64!xyzzy",
+        ]))
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        assert!(
+            text.contains("--acme-eab-key") && text.contains("not base64url"),
+            "{text}"
+        );
+        assert!(!text.contains("xyzzy"), "the key is never shown: {text}");
+        refused(
+            &with(&[
+                "--acme-domain",
+                "a.example.com",
+                "--acme-directory-ca",
+                "/nonexistent/ca.pem",
+            ]),
+            "--acme-directory-ca /nonexistent/ca.pem",
+            "",
+        );
+        refused(
+            &["--acme-domain", "a.example.com"],
+            "--acme-*",
+            "go with --acme-directory",
+        );
+        refused(
+            &[
+                "--acme-directory",
+                DIRECTORY,
+                "--acme-domain",
+                "a.example.com",
+                "--k8s-shared",
+                "default/web",
+                "--identity",
+                "pod-0",
+            ],
+            "--k8s-shared",
+            "not built yet",
+        );
+    }
+
     #[test]
     fn help_lists_every_flag() {
         let help = Cli::command().render_long_help().to_string();
@@ -794,6 +1231,15 @@ mod tests {
             "--self-signed-validity",
             "--self-signed-dir",
             "--self-signed-ca",
+            "--acme-directory ",
+            "--acme-domain",
+            "--acme-email",
+            "--acme-directory-ca",
+            "--acme-state",
+            "--acme-challenge",
+            "--acme-http-listen",
+            "--acme-eab-kid",
+            "--acme-eab-key",
         ] {
             assert!(help.contains(flag), "{flag} in:\n{help}");
         }

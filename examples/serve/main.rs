@@ -15,6 +15,10 @@
 //!                              [--handshake-timeout DURATION] [--recycle-after DURATION]
 //!                              [--client-ca PATH [--ca-overlap DURATION]]
 //!                              [--metrics ADDR]
+//!                              [--acme-directory URL --acme-domain NAME... --acme-state DIR
+//!                               [--acme-email ADDR] [--acme-directory-ca PATH]
+//!                               [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
+//!                               [--acme-eab-kid ID --acme-eab-key B64URL]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -48,6 +52,16 @@
 //!   Connections are refused until the whole list is in (so no listed name is served the
 //!   default, or refused under `--sni-strict`, after a restart); `--ready-before-lists` listens
 //!   once the default certificate is in and serves it while the list loads.
+//! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
+//!   (one each; no wildcards, which need DNS-01), served as its SNI route beside the default:
+//!   TLS-ALPN-01 is answered on `--listen` (the CA's validation gets through before anything
+//!   is stored), HTTP-01 with `--acme-challenge http-01` on `--acme-http-listen`. The account,
+//!   the certificates and the orders in flight are kept in `--acme-state DIR`, so a restart
+//!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
+//!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
+//!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
+//!   "failed", "not_after": …, "renew_after": …, "retry_at": …, "last_error": …}}}`. (ACME for a
+//!   fleet, with `--k8s-shared`, is not built yet.)
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
 //!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
@@ -92,7 +106,7 @@ use tokio_util::sync::CancellationToken;
 mod cli;
 mod status;
 
-use cli::{Args, Certs, SealArgs, SelfSignedArgs};
+use cli::{AcmeArgs, Args, Certs, SealArgs, SelfSignedArgs};
 use status::{AppState, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
@@ -167,7 +181,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .build();
         builder = builder.routes(source);
     }
+    let acme = match &args.acme {
+        Some(options) => Some(acme(options)?),
+        None => None,
+    };
+    if let Some(acme) = &acme {
+        // Each name's certificate is an SNI route; TLS-ALPN-01 is answered in the accept
+        // stream (before ready too).
+        builder = builder
+            .routes(acme.source().context("the ACME source")?)
+            .handshake_hook(acme.challenges());
+    }
     let reloader = builder.spawn(source)?;
+    if let (Some(acme), Some(addr)) = (&acme, args.acme.as_ref().and_then(|a| a.http_listen)) {
+        spawn_http01(acme, addr, shutdown.clone()).await?;
+    }
 
     // Reserve the port first, so a busy one fails at once; listen (and announce) only once a
     // certificate is installed: until then connections are refused, not left hanging.
@@ -192,6 +220,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             status: reloader.status(),
             leader,
             sealing,
+            acme: acme.as_ref().map(tls_acme::Acme::status),
         });
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
@@ -345,6 +374,48 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             Ok((source.build().boxed_source(), None, None))
         }
     }
+}
+
+/// The ACME client of `--acme-directory` (checked when the flags were).
+fn acme(options: &AcmeArgs) -> anyhow::Result<tls_acme::Acme> {
+    let mut builder = tls_acme::Acme::builder(&options.directory)
+        .state_dir(&options.state)
+        .challenge(options.challenge);
+    for domain in &options.domains {
+        builder = builder.name(domain);
+    }
+    if let Some(email) = &options.email {
+        builder = builder.contact(email);
+    }
+    if let Some(ca) = &options.directory_ca {
+        builder = builder.directory_ca_file(ca);
+    }
+    if let Some((kid, key)) = &options.eab {
+        builder = builder.external_account(kid, key.0.clone());
+    }
+    Ok(builder.build()?)
+}
+
+/// The HTTP-01 responder on `addr` (plain HTTP), until `shutdown`.
+async fn spawn_http01(
+    acme: &tls_acme::Acme,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--acme-http-listen {addr}: cannot listen"))?;
+    let app = Router::new().route_service("/.well-known/acme-challenge/{token}", acme.http01());
+    tracing::info!(%addr, "answering ACME HTTP-01 challenges on http://{addr}");
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the HTTP-01 responder stopped");
+        }
+    });
+    Ok(())
 }
 
 /// The self-signed generator for `localhost`, `127.0.0.1`, `::1` and each `--name`.

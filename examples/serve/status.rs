@@ -1,6 +1,6 @@
 //! `GET /`: the reloader's status as JSON (tls-reload's `Serialize` for `Status`, feature
 //! `serde`), with what is per request (the client certificate of the connection) or comes from
-//! the fleet (`leader` and `seal`, with `--k8s-shared`).
+//! the fleet (`leader` and `seal`, with `--k8s-shared`) or the ACME client (`acme`).
 
 use std::sync::Arc;
 
@@ -17,6 +17,8 @@ pub(crate) struct AppState {
     pub(crate) status: watch::Receiver<Status>,
     pub(crate) leader: Option<watch::Receiver<tls_k8s::Leadership>>,
     pub(crate) sealing: Option<Sealing>,
+    /// With `--acme-directory`: each name's state.
+    pub(crate) acme: Option<watch::Receiver<tls_acme::AcmeStatus>>,
 }
 
 /// With `--k8s-shared`: the `--seal-key` ring (none: state stored unsealed), and whether this
@@ -72,6 +74,9 @@ pub(crate) async fn status_json(
             "state": access,
             "reason": reason,
         });
+    }
+    if let Some(acme) = &state.acme {
+        json["acme"] = serde_json::to_value(&*acme.borrow()).unwrap_or_default();
     }
     Json(json)
 }

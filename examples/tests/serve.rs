@@ -38,8 +38,13 @@ impl Serve {
     }
 
     async fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let listen: &[&str] = if args.contains(&"--listen") {
+            &[]
+        } else {
+            &["--listen", "127.0.0.1:0"]
+        };
         let mut child = Command::new(example("serve"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(listen)
             .args(args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
@@ -1314,4 +1319,133 @@ async fn a_self_signed_validity_of_a_hundred_years_is_served() {
     assert_eq!(status["running"], true);
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
+}
+
+/// ACME against Pebble: each `--acme-domain` gets its certificate (TLS-ALPN-01 answered on
+/// `--listen`), served as its SNI route and shown under `acme` in the status; a restart on
+/// `--acme-state` serves them at once and orders nothing (orders counted in Pebble's log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
+    let port = free_port();
+    let Some(pebble) = tls_test::Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let (listen, directory, ca) = (
+        format!("127.0.0.1:{port}"),
+        pebble.directory_url(),
+        pebble.https_ca_file(),
+    );
+    let args = [
+        "--listen",
+        &listen,
+        "--acme-directory",
+        &directory,
+        "--acme-domain",
+        "a.example.com",
+        "--acme-domain",
+        "b.example.com",
+        "--acme-email",
+        "ops@example.com",
+        "--acme-directory-ca",
+        ca.to_str().unwrap(),
+        "--acme-state",
+        state.path().to_str().unwrap(),
+        "--sni-strict",
+    ];
+    let serve = Serve::start(&args).await;
+    let status = serve
+        .wait_status("both names issued", |s| {
+            ["a.example.com", "b.example.com"].iter().all(|n| {
+                s["acme"]["names"][n]["state"] == "valid"
+                    && s["acme"]["names"][n]["renew_after"].is_string()
+                    && s["routes"][n]["fingerprint_sha256"].is_string()
+            })
+        })
+        .await;
+    let acme = &status["acme"];
+    assert_eq!(acme["directory"], directory.as_str());
+    assert!(acme["account"].is_string(), "{acme}");
+    let a = &acme["names"]["a.example.com"];
+    assert!(
+        a["not_after"].is_string() && a["retry_at"].is_null() && a["last_error"].is_null(),
+        "{a}"
+    );
+    let root = pebble.issuing_root().await;
+    for name in ["a.example.com", "b.example.com"] {
+        let served = tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            status["routes"][name]["fingerprint_sha256"],
+            served.fingerprint
+        );
+    }
+    assert_eq!(pebble.orders(), 2, "{}", pebble.log());
+
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+    let serve = Serve::start(&args).await;
+    for name in ["a.example.com", "b.example.com"] {
+        tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root))
+            .await
+            .unwrap_or_else(|e| panic!("{name} at once after a restart: {e}"));
+    }
+    serve
+        .wait_status("both scheduled for renewal", |s| {
+            ["a.example.com", "b.example.com"]
+                .iter()
+                .all(|n| s["acme"]["names"][n]["renew_after"].is_string())
+        })
+        .await;
+    assert_eq!(pebble.orders(), 2, "nothing ordered after the restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_http_01_is_answered_on_its_own_port() {
+    let http_port = free_port();
+    let Some(pebble) = tls_test::Pebble::builder()
+        .http_port(http_port)
+        .start()
+        .await
+    else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let (http, directory, ca) = (
+        format!("127.0.0.1:{http_port}"),
+        pebble.directory_url(),
+        pebble.https_ca_file(),
+    );
+    let serve = Serve::start(&[
+        "--acme-directory",
+        &directory,
+        "--acme-domain",
+        "web.example.com",
+        "--acme-directory-ca",
+        ca.to_str().unwrap(),
+        "--acme-state",
+        state.path().to_str().unwrap(),
+        "--acme-challenge",
+        "http-01",
+        "--acme-http-listen",
+        &http,
+    ])
+    .await;
+    serve
+        .wait_status("the name issued", |s| {
+            s["acme"]["names"]["web.example.com"]["state"] == "valid"
+        })
+        .await;
+    let root = pebble.issuing_root().await;
+    tls_test::probe_trusting(serve.addr, "web.example.com", std::slice::from_ref(&root))
+        .await
+        .unwrap();
+    let other = tls_test::plain_get(http.parse().unwrap(), "/.well-known/acme-challenge/abc")
+        .await
+        .unwrap();
+    assert!(
+        other.starts_with("HTTP/1.1 404"),
+        "no answer for a host that is not ours: {other}"
+    );
 }
