@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -60,18 +60,62 @@ impl Trust {
     }
 }
 
+/// The latest `Retry-After` the CA sent with a 429 (rate limited) or 503: instant-acme does
+/// not carry it in its errors, so the HTTP client keeps it for [`classify`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RetryAfter(Arc<Mutex<Option<SystemTime>>>);
+
+impl RetryAfter {
+    fn saw(&self, at: SystemTime) {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *slot = Some(slot.map_or(at, |t| t.max(at)));
+    }
+
+    /// The time the CA asked to wait until, if it is still ahead.
+    pub(crate) fn until(&self) -> Option<SystemTime> {
+        let slot = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.filter(|t| *t > SystemTime::now())
+    }
+}
+
+/// `Retry-After`: seconds, or an HTTP date.
+fn retry_after(headers: &http::HeaderMap) -> Option<SystemTime> {
+    let value = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(SystemTime::now() + Duration::from_secs(secs));
+    }
+    httpdate::parse_http_date(value).ok()
+}
+
 /// instant-acme's HTTP client: hyper-util over rustls with `provider` and `trust`, HTTPS only.
-struct Https(HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, BodyWrapper<Bytes>>);
+struct Https {
+    client: HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, BodyWrapper<Bytes>>,
+    retry_after: RetryAfter,
+}
 
 impl HttpClient for Https {
     fn request(
         &self,
         req: http::Request<BodyWrapper<Bytes>>,
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>> {
-        let response = self.0.request(req);
+        let response = self.client.request(req);
+        let retry_after = self.retry_after.clone();
         Box::pin(async move {
             match tokio::time::timeout(REQUEST_TIMEOUT, response).await {
-                Ok(Ok(response)) => Ok(BytesResponse::from(response)),
+                Ok(Ok(response)) => {
+                    let status = response.status();
+                    if (status == http::StatusCode::TOO_MANY_REQUESTS
+                        || status == http::StatusCode::SERVICE_UNAVAILABLE)
+                        && let Some(at) = self::retry_after(response.headers())
+                    {
+                        retry_after.saw(at);
+                    }
+                    Ok(BytesResponse::from(response))
+                }
                 Ok(Err(e)) => Err(instant_acme::Error::Other(Box::new(e))),
                 Err(_) => Err(instant_acme::Error::Str(
                     "the ACME server did not answer in time",
@@ -87,6 +131,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) fn http(
     provider: Arc<CryptoProvider>,
     trust: &Trust,
+    retry_after: RetryAfter,
 ) -> Result<Box<dyn HttpClient>, Error> {
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -98,9 +143,10 @@ pub(crate) fn http(
         .https_only()
         .enable_http1()
         .build();
-    Ok(Box::new(Https(
-        HyperClient::builder(TokioExecutor::new()).build(connector),
-    )))
+    Ok(Box::new(Https {
+        client: HyperClient::builder(TokioExecutor::new()).build(connector),
+        retry_after,
+    }))
 }
 
 /// The account: the stored credentials if they are for this directory, else a new one.
@@ -169,8 +215,20 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// What an order's error means for when to try again.
-pub(crate) fn classify(name: &str, e: &instant_acme::Error) -> Error {
+/// The problem type of an ACME error (`rateLimited`, `alreadyReplaced`, …), if it is one.
+pub(crate) fn problem_type(e: &instant_acme::Error) -> Option<&str> {
+    match e {
+        instant_acme::Error::Api(problem) => problem
+            .r#type
+            .as_deref()?
+            .strip_prefix("urn:ietf:params:acme:error:"),
+        _ => None,
+    }
+}
+
+/// What an order's error means for when to try again; a rate limit waits until the CA's
+/// `Retry-After` (`retry_after`), or an hour when it sent none.
+pub(crate) fn classify(name: &str, e: &instant_acme::Error, retry_after: &RetryAfter) -> Error {
     match e {
         instant_acme::Error::Api(problem) => {
             let kind = problem.r#type.as_deref().unwrap_or_default();
@@ -178,7 +236,9 @@ pub(crate) fn classify(name: &str, e: &instant_acme::Error) -> Error {
             match kind.strip_prefix("urn:ietf:params:acme:error:") {
                 Some("rateLimited") => Error::RateLimited {
                     name: name.to_owned(),
-                    until: SystemTime::now() + Duration::from_secs(3600),
+                    until: retry_after
+                        .until()
+                        .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(3600)),
                     reason,
                 },
                 Some("rejectedIdentifier" | "unsupportedIdentifier") => Error::Rejected {

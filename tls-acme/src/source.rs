@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::Error;
 use crate::challenge::{ChallengeType, Challenges, Dns01Solver, Http01};
-use crate::client::{self, Trust, classify};
+use crate::client::{self, RetryAfter, Trust, classify, problem_type};
 use crate::status::{AcmeStatus, NameState, NameStatus};
 use crate::store::{self, InFlight, Schedule, Store};
 
@@ -297,6 +297,7 @@ impl AcmeBuilder {
             challenges: Arc::clone(&challenges),
             thumbprint,
             status: status_tx,
+            retry_after: RetryAfter::default(),
         };
         Ok(Acme {
             challenges,
@@ -392,6 +393,7 @@ struct Driver {
     challenges: Arc<Challenges>,
     thumbprint: Arc<RwLock<Option<String>>>,
     status: watch::Sender<AcmeStatus>,
+    retry_after: RetryAfter,
 }
 
 /// A certificate being served: what renewal needs of it.
@@ -505,7 +507,11 @@ impl Driver {
     async fn try_account(&self) -> Result<Account, Error> {
         let stored = self.store.account(&self.directory)?;
         let had = stored.is_some();
-        let http = client::http(Arc::clone(&self.provider), &self.trust)?;
+        let http = client::http(
+            Arc::clone(&self.provider),
+            &self.trust,
+            self.retry_after.clone(),
+        )?;
         let eab = self
             .eab
             .as_ref()
@@ -543,9 +549,12 @@ impl Driver {
                 return std::future::pending().await;
             }
             let now = SystemTime::now();
-            let renew_at = match &held {
-                Some(h) => Some(self.renew_at(account, h).await),
-                None => None,
+            let (renew_at, recheck) = match &held {
+                Some(h) => {
+                    let (at, recheck) = self.renew_at(account, h).await;
+                    (Some(at), recheck)
+                }
+                None => (None, None),
             };
             let retry_at = schedule.retry_at.map(store::from_unix).filter(|t| *t > now);
             let due = match (retry_at, renew_at) {
@@ -569,12 +578,23 @@ impl Driver {
                 _ => now + if first { start } else { Duration::ZERO },
             };
             first = false;
+            // With ARI, the window is asked again when the CA says (it moves, e.g. ahead of a
+            // revocation), before it is due.
+            if let Some(recheck) = recheck
+                && retry_at.is_none()
+                && now + recheck < due
+            {
+                sleep_until(now + recheck).await;
+                continue;
+            }
             sleep_until(due).await;
             self.set(name, |s| {
                 s.state = NameState::Ordering;
                 s.retry_at = None;
             });
-            match self.obtain(account, group).await {
+            // With ARI, the order says which certificate it replaces.
+            let replaces = held.as_ref().filter(|_| recheck.is_some());
+            match self.obtain(account, group, replaces).await {
                 Ok(issued) => {
                     if let Err(e) = self
                         .store
@@ -633,27 +653,36 @@ impl Driver {
     }
 
     /// When `held` is renewed: inside the CA's suggested window (ARI, RFC 9773) when it
-    /// offers one, else at two thirds of its lifetime, a little earlier by chance.
-    async fn renew_at(&self, account: &Account, held: &Held) -> SystemTime {
+    /// offers one (then with when to ask again: its `Retry-After`, one minute to a day), else
+    /// at two thirds of its lifetime, a little earlier by chance.
+    async fn renew_at(&self, account: &Account, held: &Held) -> (SystemTime, Option<Duration>) {
         if let Ok(id) = instant_acme::CertificateIdentifier::try_from(&held.leaf)
-            && let Ok((info, _)) = account.renewal_info(&id).await
+            && let Ok((info, recheck)) = account.renewal_info(&id).await
         {
             let start = SystemTime::from(info.suggested_window.start);
             let end = SystemTime::from(info.suggested_window.end);
             let span = end.duration_since(start).unwrap_or_default();
-            return start + span.mul_f64(random_fraction());
+            let recheck = recheck.clamp(Duration::from_secs(60), Duration::from_secs(24 * 3600));
+            return (start + span.mul_f64(random_fraction()), Some(recheck));
         }
         let lifetime = held
             .not_after
             .duration_since(held.not_before)
             .unwrap_or_default();
-        held.not_before + lifetime * 2 / 3 - (lifetime / 30).mul_f64(random_fraction())
+        let at = held.not_before + lifetime * 2 / 3 - (lifetime / 30).mul_f64(random_fraction());
+        (at, None)
     }
 
-    /// One order for `group`, resumed if one is in flight.
-    async fn obtain(&self, account: &Account, group: &[String]) -> Result<Issued, Error> {
+    /// One order for `group`, resumed if one is in flight; a new one says it `replaces` the
+    /// held certificate (ARI), once more without if the CA answers `alreadyReplaced`.
+    async fn obtain(
+        &self,
+        account: &Account,
+        group: &[String],
+        replaces: Option<&Held>,
+    ) -> Result<Issued, Error> {
         let name = &group[0];
-        let order_error = |e: instant_acme::Error| classify(name, &e);
+        let order_error = |e: instant_acme::Error| classify(name, &e, &self.retry_after);
         let resumed = match self.store.order(name)? {
             Some((in_flight, key_pem)) => match account.order(in_flight.url.clone()).await {
                 Ok(mut order) => {
@@ -672,34 +701,50 @@ impl Driver {
             },
             None => None,
         };
-        let (mut order, key_pem) =
-            match resumed {
-                Some(resumed) => resumed,
-                None => {
-                    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-                        .map_err(|e| Error::Order {
+        let (mut order, key_pem) = match resumed {
+            Some(resumed) => resumed,
+            None => {
+                let key =
+                    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
+                        Error::Order {
                             name: name.clone(),
                             reason: e.to_string(),
-                        })?;
-                    let key_pem = key.serialize_pem().into_bytes();
-                    let identifiers: Vec<Identifier> =
-                        group.iter().map(|n| Identifier::Dns(n.clone())).collect();
-                    let order = account
-                        .new_order(&NewOrder::new(&identifiers))
-                        .await
-                        .map_err(order_error)?;
-                    // Before any challenge is answered: whoever comes next resumes it.
-                    self.store.save_order(
-                        name,
-                        &InFlight {
-                            url: order.url().to_owned(),
-                        },
-                        &key_pem,
-                    )?;
-                    tracing::info!(name = %name, order = order.url(), "placed an ACME order");
-                    (order, key_pem)
-                }
-            };
+                        }
+                    })?;
+                let key_pem = key.serialize_pem().into_bytes();
+                let identifiers: Vec<Identifier> =
+                    group.iter().map(|n| Identifier::Dns(n.clone())).collect();
+                let replaced = replaces.and_then(|held| {
+                    instant_acme::CertificateIdentifier::try_from(&held.leaf).ok()
+                });
+                let order = match replaced {
+                        Some(id) => {
+                            match account
+                                .new_order(&NewOrder::new(&identifiers).replaces(id))
+                                .await
+                            {
+                                Err(e) if problem_type(&e) == Some("alreadyReplaced") => {
+                                    tracing::info!(name = %name, "the CA says the certificate was already replaced; ordering without replaces");
+                                    account.new_order(&NewOrder::new(&identifiers)).await
+                                }
+                                other => other,
+                            }
+                        }
+                        None => account.new_order(&NewOrder::new(&identifiers)).await,
+                    }
+                    .map_err(order_error)?;
+                // Before any challenge is answered: whoever comes next resumes it.
+                self.store.save_order(
+                    name,
+                    &InFlight {
+                        url: order.url().to_owned(),
+                    },
+                    &key_pem,
+                )?;
+                tracing::info!(name = %name, order = order.url(), "placed an ACME order");
+                (order, key_pem)
+            }
+        };
         if order.state().status == OrderStatus::Pending {
             let mut presented = Vec::new();
             let answered = self.answer(&mut order, name, &mut presented).await;
@@ -758,7 +803,8 @@ impl Driver {
     ) -> Result<(), Error> {
         let mut authorizations = order.authorizations();
         while let Some(authorization) = authorizations.next().await {
-            let mut authorization = authorization.map_err(|e| classify(name, &e))?;
+            let mut authorization =
+                authorization.map_err(|e| classify(name, &e, &self.retry_after))?;
             match authorization.status {
                 AuthorizationStatus::Pending => {}
                 AuthorizationStatus::Valid => continue,
@@ -810,7 +856,7 @@ impl Driver {
             challenge
                 .set_ready()
                 .await
-                .map_err(|e| classify(name, &e))?;
+                .map_err(|e| classify(name, &e, &self.retry_after))?;
         }
         Ok(())
     }

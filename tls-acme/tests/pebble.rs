@@ -5,7 +5,10 @@
 //!
 //! Faults injected: a name whose validation the CA cannot complete (its name resolves to an
 //! address where nothing answers), a directory URL that is not an ACME directory, a directory
-//! whose HTTPS certificate is not trusted, a stored certificate that was damaged on disk.
+//! whose HTTPS certificate is not trusted, a stored certificate that was damaged on disk. Pebble
+//! 2.4 has neither ARI nor rate limits: a small HTTPS layer in front of it
+//! ([`tls_test::AcmeLayer`]) adds a suggested renewal window, `alreadyReplaced`, a 429
+//! `rateLimited` with `Retry-After`, and a certificate cut short.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -101,7 +104,12 @@ fn all_valid(status: &AcmeStatus) -> bool {
 }
 
 fn client(pebble: &Pebble, state: &Path) -> AcmeBuilder {
-    Acme::builder(pebble.directory_url())
+    client_at(&pebble.directory_url(), pebble, state)
+}
+
+/// A client of `directory` (Pebble, or a layer in front of it).
+fn client_at(directory: &str, pebble: &Pebble, state: &Path) -> AcmeBuilder {
+    Acme::builder(directory)
         .contact("ops@example.com")
         .directory_roots(vec![pebble.https_ca_der()])
         .crypto_provider(provider())
@@ -173,7 +181,7 @@ async fn tls_alpn_01_issues_every_name_and_a_restart_serves_what_is_stored_order
     // Restart on the same state: served at once, nothing ordered.
     let addr = server.addr;
     drop(server);
-    let listener = TcpListener::bind(addr).await.unwrap();
+    let listener = rebind(addr).await;
     let mut builder = client(&pebble, state.path());
     for name in names {
         builder = builder.name(name);
@@ -327,7 +335,7 @@ async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_
     // A restart keeps the wait: the time to retry is stored.
     let addr = server.addr;
     drop(server);
-    let server = Server::start(builder(), TcpListener::bind(addr).await.unwrap());
+    let server = Server::start(builder(), rebind(addr).await);
     let status = server
         .until("the stored schedule", |s| {
             s.names["broken.example.com"].state == NameState::Backoff
@@ -471,7 +479,7 @@ async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
 
     let server = Server::start(
         client(&pebble, state.path()).name("d.example.com"),
-        TcpListener::bind(addr).await.unwrap(),
+        rebind(addr).await,
     );
     server.until("issued again", all_valid).await;
     let root = pebble.issuing_root().await;
@@ -482,6 +490,21 @@ async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
     assert!(route.current.is_some(), "{route:#?}");
 }
 
+/// The port of a server just dropped, once its listener is closed (the accept task ends
+/// asynchronously).
+async fn rebind(addr: SocketAddr) -> TcpListener {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => return listener,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("the port is free again")
+}
+
 fn secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
 }
@@ -489,4 +512,154 @@ fn secs(t: SystemTime) -> u64 {
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::metadata(path).unwrap().permissions().mode()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_on_already_replaced()
+ {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let layer = pebble.layer().await;
+    let now = SystemTime::now();
+    let (start, end) = (now + Duration::from_secs(4), now + Duration::from_secs(6));
+    layer.offer_ari(start, end, Duration::from_secs(3600));
+    layer.answer_already_replaced(true);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path()).name("ari.example.com"),
+        listener,
+    );
+    let first = server
+        .until("issued and scheduled", |s| {
+            s.names["ari.example.com"].renew_after.is_some()
+        })
+        .await;
+    let renew = first.names["ari.example.com"].renew_after.unwrap();
+    // The window's ends are whole seconds on the wire.
+    assert!(
+        renew >= start - Duration::from_secs(1) && renew <= end,
+        "inside the CA's window, not at 2/3 of the lifetime: {first:#?}"
+    );
+    assert!(layer.renewal_info_requests() >= 1);
+    let first_end = first.names["ari.example.com"].not_after.unwrap();
+    let renewed = server
+        .until("renewed", |s| {
+            s.names["ari.example.com"]
+                .not_after
+                .is_some_and(|t| t > first_end)
+        })
+        .await;
+    assert_eq!(renewed.names["ari.example.com"].state, NameState::Valid);
+    assert_eq!(
+        layer.orders_replacing(),
+        1,
+        "the renewal said what it replaces"
+    );
+    assert_eq!(
+        pebble.orders(),
+        2,
+        "the first order, and the renewal once more without replaces"
+    );
+    let root = pebble.issuing_root().await;
+    assert_served(server.addr, &["ari.example.com"], &root).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_go_on() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let layer = pebble.layer().await;
+    layer.rate_limit_next_order(Duration::from_secs(7200));
+    let state = tempfile::tempdir().unwrap();
+    let builder = || {
+        client_at(&layer.directory_url(), &pebble, state.path())
+            .name("limited.example.com")
+            .name("other.example.com")
+            .stagger(Duration::from_millis(500))
+    };
+    let server = Server::start(builder(), listener);
+    let status = server
+        .until("one limited, the other issued", |s| {
+            s.names["limited.example.com"].state == NameState::Backoff
+                && s.names["other.example.com"].state == NameState::Valid
+        })
+        .await;
+    let limited = &status.names["limited.example.com"];
+    let retry_at = limited.retry_at.unwrap();
+    let wait = retry_at.duration_since(SystemTime::now()).unwrap();
+    assert!(
+        wait > Duration::from_secs(7100) && wait <= Duration::from_secs(7200),
+        "the CA's Retry-After, not a default: {wait:?}"
+    );
+    let reason = limited.last_error.as_deref().unwrap();
+    assert!(
+        reason.contains("limited.example.com") && reason.contains("rate limited"),
+        "{reason}"
+    );
+    assert_eq!(pebble.orders(), 1, "only the other name reached the CA");
+
+    let addr = server.addr;
+    drop(server);
+    let server = Server::start(builder(), rebind(addr).await);
+    let status = server
+        .until("the stored wait", |s| {
+            s.names["limited.example.com"].state == NameState::Backoff
+                && s.names["other.example.com"].renew_after.is_some()
+        })
+        .await;
+    assert_eq!(
+        status.names["limited.example.com"].retry_at.map(secs),
+        Some(secs(retry_at))
+    );
+    assert_eq!(pebble.orders(), 1, "a restart does not retry early");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_nothing_served() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let layer = pebble.layer().await;
+    layer.damage_next_certificate();
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path()).name("cut.example.com"),
+        listener,
+    );
+    let status = server
+        .until("the bad certificate refused", |s| {
+            s.names["cut.example.com"].state == NameState::Backoff
+        })
+        .await;
+    let reason = status.names["cut.example.com"]
+        .last_error
+        .as_deref()
+        .unwrap();
+    assert!(
+        reason.contains("cut.example.com") && reason.contains("certificate"),
+        "{reason}"
+    );
+    assert!(
+        !state.path().join("certs/cut.example.com").exists(),
+        "nothing stored"
+    );
+    assert!(
+        !state.path().join("orders/cut.example.com").exists(),
+        "the finalized order is forgotten: the next attempt orders anew"
+    );
+    let root = pebble.issuing_root().await;
+    assert!(
+        probe_trusting(server.addr, "cut.example.com", std::slice::from_ref(&root))
+            .await
+            .is_err(),
+        "nothing served for it"
+    );
 }

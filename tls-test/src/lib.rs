@@ -26,7 +26,7 @@ pub use certs::{
 pub use kube_api::{Endpoint, KubeApi, Link, kubeconfig};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use logs::Logs;
-pub use pebble::{Pebble, PebbleBuilder, free_port};
+pub use pebble::{AcmeLayer, Pebble, PebbleBuilder, free_port};
 pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
     probe, probe_trusting,
