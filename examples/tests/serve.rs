@@ -1412,6 +1412,7 @@ async fn acme_http_01_is_answered_on_its_own_port() {
         return;
     };
     let state = tempfile::tempdir().unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
     let (http, directory, ca) = (
         format!("127.0.0.1:{http_port}"),
         pebble.directory_url(),
@@ -1430,6 +1431,8 @@ async fn acme_http_01_is_answered_on_its_own_port() {
         "http-01",
         "--acme-http-listen",
         &http,
+        "--metrics",
+        &metrics,
     ])
     .await;
     serve

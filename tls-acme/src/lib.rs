@@ -17,29 +17,50 @@
 //!   once (the source's initial list: the reload core is ready once it is in) and orders
 //!   nothing that still fits.
 //! - **Renewal** inside the CA's ARI window (RFC 9773) when the directory has
-//!   `renewalInfo`, else at two thirds of the lifetime, a little earlier by chance.
+//!   `renewalInfo` (asked again when its `Retry-After` says; the new order names the
+//!   certificate it `replaces`, and is placed once more without if the CA answers
+//!   `alreadyReplaced`), else at two thirds of the lifetime, a little earlier by chance.
 //! - **Failures wait**: an order the CA refused (a failed validation) is tried again no
-//!   sooner than an hour later ([`REFUSED_BACKOFF`]); `rateLimited` an hour; other errors
-//!   back off from a minute to a day; an identifier the CA will not issue for is not retried
-//!   until the configuration changes. Each waits across restarts (the retry time is stored);
-//!   [`AcmeStatus`] says what each name is doing and why.
+//!   sooner than an hour later ([`REFUSED_BACKOFF`]); `rateLimited` until the CA's
+//!   `Retry-After` (an hour without one); other errors back off from a minute to a day, with
+//!   jitter; an identifier the CA will not issue for is not retried until the configuration
+//!   changes. Each waits across restarts (the retry time is stored); [`AcmeStatus`] says
+//!   what each name is doing and why.
+//! - **A budget of first orders** per registered domain (by the public suffix list), 50 in
+//!   any seven days by default, Let's Encrypt's limit
+//!   ([`AcmeBuilder::new_certificates_per_week`]); stored, so restarts do not reset it; and a
+//!   staggered start ([`AcmeBuilder::stagger`]).
 //!
 //! The directory's HTTPS is checked against the web PKI's roots and any given
 //! ([`AcmeBuilder::directory_ca_file`]), on the crypto provider you give: this crate installs
 //! none.
 //!
+//! # Metrics
+//! With the `metrics` feature, on the `metrics` facade (nothing is recorded until the
+//! application installs a recorder):
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `tls_acme_orders_total` | counter | `name`, `outcome` | orders ended: `issued`, `refused` (a failed validation), `rejected` (the identifier), `rate_limited` (by the CA or the budget), `bad_certificate`, `error` |
+//! | `tls_acme_renewal_timestamp_seconds` | gauge | `name` | when the certificate will be renewed (Unix time) |
+//! | `tls_acme_names_failing` | gauge | | certificates in `backoff` or `failed` |
+//!
+//! The served certificate's expiry is `tls-reload`'s, per route.
+//!
 //! Not built yet: a fleet sharing one ACME state in Kubernetes Secrets (one Lease holder
-//! ordering, every replica answering), a per-registered-domain order budget, `Retry-After`
-//! read from the CA's rate-limit answers (an hour is assumed).
+//! ordering, every replica answering).
 
 mod challenge;
 mod client;
 mod error;
+mod metrics;
 mod source;
 mod status;
 mod store;
 
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};
 pub use error::Error;
-pub use source::{Acme, AcmeBuilder, AcmeSource, REFUSED_BACKOFF};
+pub use source::{
+    Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK, REFUSED_BACKOFF,
+};
 pub use status::{AcmeStatus, NameState, NameStatus};

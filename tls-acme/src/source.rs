@@ -32,6 +32,10 @@ const BACKOFF_MIN: Duration = Duration::from_secs(60);
 const BACKOFF_MAX: Duration = Duration::from_secs(24 * 3600);
 /// How long after an order the CA refused (a failed validation) it is tried again, at least.
 pub const REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+/// Let's Encrypt's limit of new certificates per registered domain in seven days: the default
+/// budget of first orders ([`AcmeBuilder::new_certificates_per_week`]).
+pub const DEFAULT_NEW_CERTIFICATES_PER_WEEK: u32 = 50;
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long the CA may take to validate, or to issue.
 const POLL: RetryPolicy = RetryPolicy::new()
     .initial_delay(Duration::from_millis(250))
@@ -92,6 +96,7 @@ impl Acme {
             trust: Ok(Trust::default()),
             provider: None,
             stagger: Duration::from_millis(200),
+            per_week: DEFAULT_NEW_CERTIFICATES_PER_WEEK,
         }
     }
 
@@ -134,6 +139,7 @@ pub struct AcmeBuilder {
     trust: Result<Trust, String>,
     provider: Option<Arc<CryptoProvider>>,
     stagger: Duration,
+    per_week: u32,
 }
 
 impl fmt::Debug for AcmeBuilder {
@@ -231,6 +237,17 @@ impl AcmeBuilder {
         self
     }
 
+    /// How many certificates for names not yet held may be ordered per registered domain
+    /// (`example.co.uk` for `a.b.example.co.uk`, by the public suffix list) in any seven days;
+    /// beyond it, a name waits (`backoff`, with `retry_at` and why) without asking the CA.
+    /// Renewals do not count. Default: 50, Let's Encrypt's limit of new certificates per
+    /// registered domain per week ([`DEFAULT_NEW_CERTIFICATES_PER_WEEK`]); a CA with other
+    /// limits, or names in many certificates ([`group`](Self::group)), may need another.
+    pub fn new_certificates_per_week(mut self, count: u32) -> Self {
+        self.per_week = count;
+        self
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors
@@ -294,6 +311,8 @@ impl AcmeBuilder {
             trust,
             provider,
             stagger: self.stagger,
+            per_week: self.per_week,
+            budget: Mutex::new(None),
             challenges: Arc::clone(&challenges),
             thumbprint,
             status: status_tx,
@@ -390,6 +409,9 @@ struct Driver {
     trust: Trust,
     provider: Arc<CryptoProvider>,
     stagger: Duration,
+    per_week: u32,
+    /// First orders per registered domain (loaded from the store on first use).
+    budget: Mutex<Option<std::collections::BTreeMap<String, Vec<u64>>>>,
     challenges: Arc<Challenges>,
     thumbprint: Arc<RwLock<Option<String>>>,
     status: watch::Sender<AcmeStatus>,
@@ -463,6 +485,7 @@ impl Driver {
             if let Some(entry) = s.names.get_mut(name) {
                 change(entry);
             }
+            crate::metrics::status(s);
         });
     }
 
@@ -594,7 +617,9 @@ impl Driver {
             });
             // With ARI, the order says which certificate it replaces.
             let replaces = held.as_ref().filter(|_| recheck.is_some());
-            match self.obtain(account, group, replaces).await {
+            let obtained = self.obtain(account, group, replaces, held.is_some()).await;
+            crate::metrics::order(name, crate::metrics::outcome(obtained.as_ref().map(drop)));
+            match obtained {
                 Ok(issued) => {
                     if let Err(e) = self
                         .store
@@ -680,6 +705,7 @@ impl Driver {
         account: &Account,
         group: &[String],
         replaces: Option<&Held>,
+        renewal: bool,
     ) -> Result<Issued, Error> {
         let name = &group[0];
         let order_error = |e: instant_acme::Error| classify(name, &e, &self.retry_after);
@@ -704,6 +730,9 @@ impl Driver {
         let (mut order, key_pem) = match resumed {
             Some(resumed) => resumed,
             None => {
+                if !renewal {
+                    self.spend_budget(name)?;
+                }
                 let key =
                     rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
                         Error::Order {
@@ -792,6 +821,35 @@ impl Driver {
             self.store.forget_order(name)?;
         }
         issued
+    }
+
+    /// Takes one first order for `name` from its registered domain's weekly budget, or says
+    /// until when it is spent (the CA is not asked).
+    fn spend_budget(&self, name: &str) -> Result<(), Error> {
+        let domain = registered_domain(name);
+        let mut guard = self.budget.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(self.store.budget()?);
+        }
+        let budget = guard.get_or_insert_with(Default::default);
+        let now = store::to_unix(SystemTime::now());
+        let week = WEEK.as_secs();
+        let spent = budget.entry(domain.clone()).or_default();
+        spent.retain(|t| t + week > now);
+        if spent.len() >= usize::try_from(self.per_week).unwrap_or(usize::MAX) {
+            let until = spent.iter().min().map_or(now + week, |t| t + week);
+            return Err(Error::RateLimited {
+                name: name.to_owned(),
+                until: store::from_unix(until),
+                reason: format!(
+                    "the budget of {} new certificates a week for {domain} is spent (new_certificates_per_week)",
+                    self.per_week
+                ),
+            });
+        }
+        spent.push(now);
+        budget.retain(|_, spent| !spent.is_empty());
+        self.store.save_budget(budget)
     }
 
     /// Answers every pending authorization of `order` with the configured challenge.
@@ -931,6 +989,13 @@ impl Driver {
     }
 }
 
+/// The registered domain of `name` (its public suffix and one label more, by the public
+/// suffix list), or the name itself when the list does not say.
+fn registered_domain(name: &str) -> String {
+    let bare = name.trim_start_matches("*.");
+    psl::domain_str(bare).unwrap_or(bare).to_owned()
+}
+
 /// The CA's reason an order became invalid: the first failed challenge's error.
 async fn why_invalid(order: &mut Order) -> String {
     let mut reasons = Vec::new();
@@ -1052,6 +1117,19 @@ mod tests {
                 .directory_ca_file("/nonexistent/ca.pem"),
         );
         assert!(reason.contains("/nonexistent/ca.pem"), "{reason}");
+    }
+
+    #[test]
+    fn registered_domains_follow_the_public_suffix_list() {
+        for (name, domain) in [
+            ("a.b.example.com", "example.com"),
+            ("*.apps.example.co.uk", "example.co.uk"),
+            ("www.example.co.uk", "example.co.uk"),
+            ("user.github.io", "user.github.io"),
+            ("example.com", "example.com"),
+        ] {
+            assert_eq!(registered_domain(name), domain, "{name}");
+        }
     }
 
     #[test]

@@ -9,8 +9,10 @@
 //! STATE/certs/NAME/{tls.crt,tls.key}      (NAME: the certificate's first name, `*` as `_`)
 //! STATE/orders/NAME/{order.json,key.pem}
 //! STATE/names/NAME/schedule.json
+//! STATE/budget/budget.json                (first orders per registered domain, last 7 days)
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -182,6 +184,18 @@ impl Store {
             "schedule.json",
         )?
         .unwrap_or_default())
+    }
+
+    /// When new certificates were first ordered, per registered domain (seconds since the
+    /// epoch).
+    pub(crate) fn budget(&self) -> Result<BTreeMap<String, Vec<u64>>, Error> {
+        Ok(Self::read_json(&self.root.join("budget"), "budget.json")?.unwrap_or_default())
+    }
+
+    pub(crate) fn save_budget(&self, budget: &BTreeMap<String, Vec<u64>>) -> Result<(), Error> {
+        let json = serde_json::to_vec(budget).map_err(|e| Error::Config(e.to_string()))?;
+        layout::write_set(&self.root.join("budget"), &[("budget.json", &json, 0o644)])?;
+        Ok(())
     }
 
     pub(crate) fn save_schedule(&self, name: &str, schedule: &Schedule) -> Result<(), Error> {

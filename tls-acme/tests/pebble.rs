@@ -663,3 +663,67 @@ async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_no
         "nothing served for it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_across_restarts() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let names = [
+        "a.example.co.uk",
+        "b.example.co.uk",
+        "c.www.example.co.uk",
+        "a.example.org",
+    ];
+    let builder = || {
+        names
+            .iter()
+            .fold(client(&pebble, state.path()), |b, n| b.name(*n))
+            .new_certificates_per_week(2)
+    };
+    let server = Server::start(builder(), listener);
+    let settled = |s: &AcmeStatus| {
+        s.names.values().all(|n| {
+            n.state == NameState::Backoff
+                || (n.state == NameState::Valid && n.renew_after.is_some())
+        })
+    };
+    let status = server.until("every name issued or waiting", settled).await;
+    let waiting: Vec<_> = status
+        .names
+        .iter()
+        .filter(|(_, n)| n.state == NameState::Backoff)
+        .collect();
+    assert_eq!(waiting.len(), 1, "{status:#?}");
+    let (name, waits) = waiting[0];
+    assert!(name.ends_with("example.co.uk"), "{status:#?}");
+    let reason = waits.last_error.as_deref().unwrap();
+    assert!(
+        reason.contains("example.co.uk") && reason.contains("budget"),
+        "{reason}"
+    );
+    let wait = waits
+        .retry_at
+        .unwrap()
+        .duration_since(SystemTime::now())
+        .unwrap();
+    assert!(
+        wait > Duration::from_secs(7 * 24 * 3600 - 120),
+        "a week after the oldest of the two: {wait:?}"
+    );
+    assert!(
+        status.names["a.example.org"].state == NameState::Valid,
+        "another registered domain has its own budget"
+    );
+    assert_eq!(pebble.orders(), 3, "the CA was not asked for the fourth");
+
+    let addr = server.addr;
+    drop(server);
+    let server = Server::start(builder(), rebind(addr).await);
+    let again = server.until("the same after a restart", settled).await;
+    assert_eq!(again.names[name.as_str()].state, NameState::Backoff);
+    assert_eq!(pebble.orders(), 3, "the budget is stored");
+}
