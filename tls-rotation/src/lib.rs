@@ -39,3 +39,7 @@ pub use tls_k8s as k8s;
 /// Self-signed and CA-signed certificates as a source (the `tls-selfsigned` crate).
 #[cfg(feature = "self-signed")]
 pub use tls_selfsigned as selfsigned;
+
+/// Certificates from an ACME CA for many names (the `tls-acme` crate).
+#[cfg(feature = "acme")]
+pub use tls_acme as acme;

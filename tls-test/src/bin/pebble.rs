@@ -1,0 +1,82 @@
+//! Pebble, Let's Encrypt's ACME test CA, with its DNS server, set up as the tests set it up, to
+//! try `serve --acme-directory` on one machine:
+//!
+//! ```text
+//! cargo run -p tls-test --bin pebble -- [--tls-port PORT] [--http-port PORT]
+//! ```
+//!
+//! Needs the Debian package `pebble` (`pebble` and `pebble-challtestsrv`). Pebble validates
+//! TLS-ALPN-01 on 127.0.0.1:`--tls-port` (default 5001) and HTTP-01 on 127.0.0.1:`--http-port`
+//! (default 5002): every name resolves to 127.0.0.1. Prints the directory URL, the CA file
+//! its HTTPS needs (`--acme-directory-ca`) and a file with the root its certificates chain
+//! to (for `openssl s_client -CAfile`). Stops on Ctrl-C or SIGTERM.
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: pebble [--tls-port PORT] [--http-port PORT]";
+
+fn port(value: Option<String>, flag: &str) -> Result<u16, String> {
+    value
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{flag} needs a port number\n{USAGE}"))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let mut builder = tls_test::Pebble::builder().tls_port(5001).http_port(5002);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let parsed = match arg.as_str() {
+            "--tls-port" => port(args.next(), "--tls-port").map(|p| builder.clone().tls_port(p)),
+            "--http-port" => port(args.next(), "--http-port").map(|p| builder.clone().http_port(p)),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => Err(format!("unknown argument {other}\n{USAGE}")),
+        };
+        match parsed {
+            Ok(next) => builder = next,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(pebble) = builder.start().await else {
+        return ExitCode::FAILURE;
+    };
+    let ca = pebble.https_ca_file();
+    let root = ca.with_file_name("issuing-root.pem");
+    let der = pebble.issuing_root().await;
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der)
+            .as_bytes()
+            .chunks(64)
+            .map(|line| String::from_utf8_lossy(line).into_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    if let Err(e) = std::fs::write(&root, pem) {
+        eprintln!("cannot write {}: {e}", root.display());
+        return ExitCode::FAILURE;
+    }
+    println!("directory: {}", pebble.directory_url());
+    println!("directory CA (--acme-directory-ca): {}", ca.display());
+    println!("issuing root: {}", root.display());
+    // Stopped by Ctrl-C or SIGTERM: Pebble and challtestsrv are stopped with it.
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = async {
+            match terminate.as_mut() {
+                Some(signal) => { signal.recv().await; }
+                None => std::future::pending().await,
+            }
+        } => {}
+    }
+    ExitCode::SUCCESS
+}
