@@ -15,9 +15,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: pebble [--tls-port PORT] [--http-port PORT]";
 
-fn port(value: Option<String>, flag: &str) -> Result<u16, String> {
+fn port(value: Option<&str>, flag: &str) -> Result<u16, String> {
     value
-        .as_deref()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("{flag} needs a port number\n{USAGE}"))
 }
@@ -28,8 +27,12 @@ async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let parsed = match arg.as_str() {
-            "--tls-port" => port(args.next(), "--tls-port").map(|p| builder.clone().tls_port(p)),
-            "--http-port" => port(args.next(), "--http-port").map(|p| builder.clone().http_port(p)),
+            "--tls-port" => {
+                port(args.next().as_deref(), "--tls-port").map(|p| builder.clone().tls_port(p))
+            }
+            "--http-port" => {
+                port(args.next().as_deref(), "--http-port").map(|p| builder.clone().http_port(p))
+            }
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
