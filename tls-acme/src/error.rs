@@ -84,6 +84,27 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A fleet's Secret could not be read or written (feature `k8s`).
+    #[error("ACME state in Secret {secret}: {reason}")]
+    Kube {
+        /// The Secret's `namespace/name`.
+        secret: String,
+        /// Why.
+        reason: String,
+    },
+    /// A fleet's Secret was written by a later leader (feature `k8s`): this replica no longer
+    /// leads, and leaves the work to it.
+    #[error(
+        "ACME state in Secret {secret}: written by {holder} in round {round}; this replica no longer leads"
+    )]
+    Deposed {
+        /// The Secret's `namespace/name`.
+        secret: String,
+        /// The round that wrote it.
+        round: u64,
+        /// Who wrote it.
+        holder: String,
+    },
 }
 
 impl From<tls_source::layout::LayoutError> for Error {

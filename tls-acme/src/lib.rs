@@ -53,6 +53,8 @@
 mod challenge;
 mod client;
 mod error;
+#[cfg(feature = "k8s")]
+mod fleet;
 mod metrics;
 mod source;
 mod status;
@@ -60,6 +62,10 @@ mod store;
 
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};
 pub use error::Error;
+#[cfg(feature = "k8s")]
+pub use fleet::{ACCOUNT_ANNOTATION, CERTIFICATE_LABEL, STATE_LABEL, THUMBPRINT_ANNOTATION};
+#[cfg(feature = "k8s")]
+pub use source::DEFAULT_CHALLENGE_PROPAGATION;
 pub use source::{
     Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK, REFUSED_BACKOFF,
 };

@@ -68,6 +68,8 @@ const POLL: RetryPolicy = RetryPolicy::new()
 /// # drop(incoming); Ok(()) }
 /// ```
 pub struct Acme {
+    #[cfg(feature = "k8s")]
+    leadership: Option<watch::Receiver<tls_k8s::Leadership>>,
     challenges: Arc<Challenges>,
     http01: Http01,
     status: watch::Receiver<AcmeStatus>,
@@ -97,6 +99,8 @@ impl Acme {
             provider: None,
             stagger: Duration::from_millis(200),
             per_week: DEFAULT_NEW_CERTIFICATES_PER_WEEK,
+            #[cfg(feature = "k8s")]
+            fleet: None,
         }
     }
 
@@ -120,7 +124,15 @@ impl Acme {
         self.http01.clone()
     }
 
-    /// The status, updated as each certificate's state changes.
+    /// Who leads the fleet, as this replica sees it (`None` without
+    /// [`kubernetes`](AcmeBuilder::kubernetes)).
+    #[cfg(feature = "k8s")]
+    pub fn leadership(&self) -> Option<watch::Receiver<tls_k8s::Leadership>> {
+        self.leadership.clone()
+    }
+
+    /// The status, updated as each certificate's state changes (on a fleet's other replicas,
+    /// as its leader publishes it).
     pub fn status(&self) -> watch::Receiver<AcmeStatus> {
         self.status.clone()
     }
@@ -140,7 +152,25 @@ pub struct AcmeBuilder {
     provider: Option<Arc<CryptoProvider>>,
     stagger: Duration,
     per_week: u32,
+    #[cfg(feature = "k8s")]
+    fleet: Option<FleetSettings>,
 }
+
+/// [`AcmeBuilder::kubernetes`]'s settings.
+#[cfg(feature = "k8s")]
+struct FleetSettings {
+    client: kube::Client,
+    namespace: String,
+    name: String,
+    identity: String,
+    timing: Option<(Duration, Duration, Duration)>,
+    propagation: Duration,
+}
+
+/// How long the leader of a fleet waits after publishing a challenge before the CA is told to
+/// validate: the other replicas' watch delivers it in milliseconds.
+#[cfg(feature = "k8s")]
+pub const DEFAULT_CHALLENGE_PROPAGATION: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for AcmeBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -248,6 +278,76 @@ impl AcmeBuilder {
         self
     }
 
+    /// Shares the state with a fleet of replicas in Kubernetes Secrets of `namespace`, instead
+    /// of a state directory (feature `k8s`): the replica holding the Lease `NAME-acme` orders
+    /// and renews, every write fenced by its round; every replica serves each certificate from
+    /// its Secret (`NAME-acme-<first name>`, `kubernetes.io/tls`, labelled
+    /// [`CERTIFICATE_LABEL`](crate::CERTIFICATE_LABEL)`=NAME`) and answers the CA's
+    /// challenges (the TLS-ALPN-01 ones published in `NAME-acme-challenges`, HTTP-01 from the
+    /// account's thumbprint on `NAME-acme-account`). An order in flight is stored (in
+    /// `NAME-acme-state`) before a challenge is answered: a new leader resumes it instead of
+    /// placing another. `identity` names this replica in the Lease (e.g. the pod name).
+    ///
+    /// The service account needs `get`, `list`, `watch`, `create` and `update` on Secrets and
+    /// Leases of the namespace.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = kube::Client::try_default().await?;
+    /// let acme = tls_acme::Acme::builder("https://acme-v02.api.letsencrypt.org/directory")
+    ///     .contact("admin@example.com")
+    ///     .name("example.com")
+    ///     .kubernetes(client, "web", "web", std::env::var("POD_NAME")?)
+    ///     .crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+    ///     .build()?;
+    /// # drop(acme); Ok(()) }
+    /// ```
+    #[cfg(feature = "k8s")]
+    pub fn kubernetes(
+        mut self,
+        client: kube::Client,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        self.fleet = Some(FleetSettings {
+            client,
+            namespace: namespace.into(),
+            name: name.into(),
+            identity: identity.into(),
+            timing: None,
+            propagation: DEFAULT_CHALLENGE_PROPAGATION,
+        });
+        self
+    }
+
+    /// The fleet's Lease timing: its duration, the renew deadline, the retry period (default
+    /// client-go's 15 s, 10 s, 2 s; see [`tls_k8s::store::LeaseLock::timing`]). Only with
+    /// [`kubernetes`](Self::kubernetes).
+    #[cfg(feature = "k8s")]
+    pub fn lease_timing(
+        mut self,
+        lease: Duration,
+        renew_deadline: Duration,
+        retry: Duration,
+    ) -> Self {
+        if let Some(fleet) = &mut self.fleet {
+            fleet.timing = Some((lease, renew_deadline, retry));
+        }
+        self
+    }
+
+    /// How long the fleet's leader waits after publishing a challenge before it tells the CA
+    /// to validate, so that whichever replica the CA reaches answers it. Default: one second
+    /// ([`DEFAULT_CHALLENGE_PROPAGATION`]). Only with [`kubernetes`](Self::kubernetes).
+    #[cfg(feature = "k8s")]
+    pub fn challenge_propagation(mut self, wait: Duration) -> Self {
+        if let Some(fleet) = &mut self.fleet {
+            fleet.propagation = wait;
+        }
+        self
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors
@@ -263,9 +363,43 @@ impl AcmeBuilder {
             .ok_or_else(|| {
                 config("no crypto provider: give one with crypto_provider, or install a process default".into())
             })?;
-        let state = self.state.ok_or_else(|| {
-            config("a state directory is needed (state_dir): without one, every restart orders every certificate again".into())
-        })?;
+        #[cfg(feature = "k8s")]
+        let fleet = self.fleet;
+        #[cfg(not(feature = "k8s"))]
+        let fleet: Option<std::convert::Infallible> = None;
+        let store: (Store, Option<FleetOf>) = match (self.state, fleet) {
+            (Some(_), Some(_)) => {
+                return Err(config(
+                    "both a state directory and a fleet's Secrets: choose one".into(),
+                ));
+            }
+            (Some(dir), None) => (Store::Dir(store::DirStore::new(dir)), None),
+            #[cfg(feature = "k8s")]
+            (None, Some(fleet)) => {
+                let (tx, _) = watch::channel(tls_k8s::Leadership::default());
+                let kube = Arc::new(crate::fleet::KubeStore::new(
+                    fleet.client.clone(),
+                    &fleet.namespace,
+                    &fleet.name,
+                    fleet.propagation,
+                ));
+                (
+                    Store::Kube(kube),
+                    Some(crate::fleet::FleetConfig {
+                        client: fleet.client,
+                        namespace: fleet.namespace,
+                        name: fleet.name,
+                        identity: fleet.identity,
+                        timing: fleet.timing,
+                        leadership: Arc::new(tx),
+                    }),
+                )
+            }
+            (None, _) => {
+                return Err(config("a state directory is needed (state_dir): without one, every restart orders every certificate again".into()));
+            }
+        };
+        let (store, fleet) = store;
         if self.groups.is_empty() {
             return Err(config("no names to order certificates for".into()));
         }
@@ -305,20 +439,26 @@ impl AcmeBuilder {
             contact: self.contact,
             eab: self.eab,
             groups: self.groups,
-            store: Store::new(state),
+            store,
             challenge: self.challenge,
             dns01: self.dns01,
             trust,
             provider,
             stagger: self.stagger,
             per_week: self.per_week,
-            budget: Mutex::new(None),
+            budget: tokio::sync::Mutex::new(None),
             challenges: Arc::clone(&challenges),
             thumbprint,
             status: status_tx,
             retry_after: RetryAfter::default(),
+            #[cfg(feature = "k8s")]
+            fleet: fleet.clone(),
         };
+        #[cfg(not(feature = "k8s"))]
+        let _ = fleet;
         Ok(Acme {
+            #[cfg(feature = "k8s")]
+            leadership: fleet.map(|f| f.leadership.subscribe()),
             challenges,
             http01,
             status,
@@ -387,7 +527,7 @@ impl Stream for AcmeSource {
         if let Some(driver) = self.driver.take() {
             let (tx, rx) = mpsc::unbounded_channel();
             self.rx = Some(rx);
-            self.task = Some(tokio::spawn(driver.run(tx)));
+            self.task = Some(driver.spawn(tx));
         }
         match self.rx.as_mut() {
             Some(rx) => rx.poll_recv(cx),
@@ -396,9 +536,15 @@ impl Stream for AcmeSource {
     }
 }
 
-type Tx = mpsc::UnboundedSender<Result<Keyed, tls_source::Error>>;
+/// A fleet's election and Secrets, when built with them.
+#[cfg(feature = "k8s")]
+type FleetOf = crate::fleet::FleetConfig;
+#[cfg(not(feature = "k8s"))]
+type FleetOf = std::convert::Infallible;
 
-struct Driver {
+pub(crate) type Tx = mpsc::UnboundedSender<Result<Keyed, tls_source::Error>>;
+
+pub(crate) struct Driver {
     directory: String,
     contact: Vec<String>,
     eab: Option<(String, Vec<u8>)>,
@@ -407,15 +553,18 @@ struct Driver {
     challenge: ChallengeType,
     dns01: Option<Arc<dyn Dns01Solver>>,
     trust: Trust,
-    provider: Arc<CryptoProvider>,
+    pub(crate) provider: Arc<CryptoProvider>,
     stagger: Duration,
     per_week: u32,
     /// First orders per registered domain (loaded from the store on first use).
-    budget: Mutex<Option<std::collections::BTreeMap<String, Vec<u64>>>>,
-    challenges: Arc<Challenges>,
-    thumbprint: Arc<RwLock<Option<String>>>,
-    status: watch::Sender<AcmeStatus>,
+    budget: tokio::sync::Mutex<Option<std::collections::BTreeMap<String, Vec<u64>>>>,
+    pub(crate) challenges: Arc<Challenges>,
+    pub(crate) thumbprint: Arc<RwLock<Option<String>>>,
+    pub(crate) status: watch::Sender<AcmeStatus>,
     retry_after: RetryAfter,
+    /// A fleet's: the election and the Secrets (the store is then `Store::Kube`).
+    #[cfg(feature = "k8s")]
+    fleet: Option<crate::fleet::FleetConfig>,
 }
 
 /// A certificate being served: what renewal needs of it.
@@ -435,12 +584,22 @@ struct Issued {
 }
 
 impl Driver {
-    async fn run(self, tx: Tx) {
+    /// Runs it: on its own with a state directory, or as a replica of a fleet.
+    #[allow(unused_mut)] // mut only with the k8s feature
+    fn spawn(mut self, tx: Tx) -> tokio::task::JoinHandle<()> {
+        #[cfg(feature = "k8s")]
+        if let (Some(fleet), Store::Kube(store)) = (self.fleet.take(), self.store.clone()) {
+            return tokio::spawn(crate::fleet::run(self, fleet, store, tx));
+        }
+        tokio::spawn(async move { self.run(&tx).await })
+    }
+
+    pub(crate) async fn run(&self, tx: &Tx) {
         let _ = tx.send(Ok(Keyed::listing()));
         let mut held = Vec::with_capacity(self.groups.len());
         for group in &self.groups {
             let name = &group[0];
-            match self.stored(group) {
+            match self.stored(group).await {
                 Ok(Some((bundle, h))) => {
                     tracing::info!(name = %name, not_after = %tls_source::clock::Rfc3339(h.not_after), "serving the stored ACME certificate");
                     let _ = tx.send(Ok(Keyed {
@@ -463,7 +622,7 @@ impl Driver {
         }
         let _ = tx.send(Ok(Keyed::listed()));
         let account = self.account().await;
-        let this = &self;
+        let this = self;
         let loops = self
             .groups
             .iter()
@@ -490,8 +649,8 @@ impl Driver {
     }
 
     /// What is stored for `group`, checked as a new certificate is.
-    fn stored(&self, group: &[String]) -> Result<Option<(CertBundle, Held)>, Error> {
-        let Some(stored) = self.store.cert(&group[0])? else {
+    async fn stored(&self, group: &[String]) -> Result<Option<(CertBundle, Held)>, Error> {
+        let Some(stored) = self.store.cert(&group[0]).await? else {
             return Ok(None);
         };
         let issued = self.check(group, stored.chain_pem, stored.key_pem)?;
@@ -528,7 +687,7 @@ impl Driver {
     }
 
     async fn try_account(&self) -> Result<Account, Error> {
-        let stored = self.store.account(&self.directory)?;
+        let stored = self.store.account(&self.directory).await?;
         let had = stored.is_some();
         let http = client::http(
             Arc::clone(&self.provider),
@@ -542,7 +701,14 @@ impl Driver {
         let (account, new) =
             client::account(http, &self.directory, &self.contact, eab.as_ref(), stored).await?;
         if let Some(credentials) = new {
-            self.store.save_account(&self.directory, &credentials)?;
+            self.store
+                .save_account(
+                    &self.directory,
+                    &credentials,
+                    account.id(),
+                    account.key_thumbprint(),
+                )
+                .await?;
             tracing::info!(account = account.id(), directory = %self.directory, stored_before = had, "registered a new ACME account");
         }
         Ok(account)
@@ -562,7 +728,7 @@ impl Driver {
         let signature = format!("{}|{}", group.join(","), self.challenge);
         let mut first = true;
         loop {
-            let schedule = self.store.schedule(name).unwrap_or_default();
+            let schedule = self.store.schedule(name).await.unwrap_or_default();
             if schedule.failed && schedule.failed_for.as_deref() == Some(signature.as_str()) {
                 self.set(name, |s| {
                     s.state = NameState::Failed;
@@ -624,11 +790,12 @@ impl Driver {
                     if let Err(e) = self
                         .store
                         .save_cert(name, &issued.chain_pem, &issued.key_pem)
+                        .await
                     {
                         tracing::error!(name = %name, error = %e, "cannot store the new ACME certificate; serving it from memory");
                     }
-                    let _ = self.store.forget_order(name);
-                    let _ = self.store.save_schedule(name, &Schedule::default());
+                    let _ = self.store.forget_order(name).await;
+                    let _ = self.store.save_schedule(name, &Schedule::default()).await;
                     tracing::info!(name = %name, not_after = %tls_source::clock::Rfc3339(issued.held.not_after), "ACME certificate issued");
                     let _ = tx.send(Ok(Keyed {
                         key: name.clone(),
@@ -660,7 +827,7 @@ impl Driver {
                         failed,
                         failed_for: failed.then(|| signature.clone()),
                     };
-                    if let Err(e) = self.store.save_schedule(name, &next) {
+                    if let Err(e) = self.store.save_schedule(name, &next).await {
                         tracing::error!(name = %name, error = %e, "cannot store when to retry");
                     }
                     self.set(name, |s| {
@@ -709,11 +876,11 @@ impl Driver {
     ) -> Result<Issued, Error> {
         let name = &group[0];
         let order_error = |e: instant_acme::Error| classify(name, &e, &self.retry_after);
-        let resumed = match self.store.order(name)? {
+        let resumed = match self.store.order(name).await? {
             Some((in_flight, key_pem)) => match account.order(in_flight.url.clone()).await {
                 Ok(mut order) => {
                     if order.state().status == OrderStatus::Invalid {
-                        self.store.forget_order(name)?;
+                        self.store.forget_order(name).await?;
                         None
                     } else {
                         tracing::info!(name = %name, order = %in_flight.url, "resuming the stored ACME order");
@@ -721,7 +888,7 @@ impl Driver {
                     }
                 }
                 Err(_) => {
-                    self.store.forget_order(name)?;
+                    self.store.forget_order(name).await?;
                     None
                 }
             },
@@ -731,7 +898,7 @@ impl Driver {
             Some(resumed) => resumed,
             None => {
                 if !renewal {
-                    self.spend_budget(name)?;
+                    self.spend_budget(name).await?;
                 }
                 let key =
                     rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
@@ -763,13 +930,15 @@ impl Driver {
                     }
                     .map_err(order_error)?;
                 // Before any challenge is answered: whoever comes next resumes it.
-                self.store.save_order(
-                    name,
-                    &InFlight {
-                        url: order.url().to_owned(),
-                    },
-                    &key_pem,
-                )?;
+                self.store
+                    .save_order(
+                        name,
+                        &InFlight {
+                            url: order.url().to_owned(),
+                        },
+                        &key_pem,
+                    )
+                    .await?;
                 tracing::info!(name = %name, order = order.url(), "placed an ACME order");
                 (order, key_pem)
             }
@@ -785,7 +954,7 @@ impl Driver {
             match ready? {
                 OrderStatus::Invalid => {
                     let reason = why_invalid(&mut order).await;
-                    self.store.forget_order(name)?;
+                    self.store.forget_order(name).await?;
                     return Err(Error::Refused {
                         name: name.clone(),
                         reason,
@@ -818,18 +987,18 @@ impl Driver {
         let issued = self.check(group, chain_pem.into_bytes(), key_pem);
         if issued.is_err() {
             // Finalized with this key: the order cannot give anything else.
-            self.store.forget_order(name)?;
+            self.store.forget_order(name).await?;
         }
         issued
     }
 
     /// Takes one first order for `name` from its registered domain's weekly budget, or says
     /// until when it is spent (the CA is not asked).
-    fn spend_budget(&self, name: &str) -> Result<(), Error> {
+    async fn spend_budget(&self, name: &str) -> Result<(), Error> {
         let domain = registered_domain(name);
-        let mut guard = self.budget.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.budget.lock().await;
         if guard.is_none() {
-            *guard = Some(self.store.budget()?);
+            *guard = Some(self.store.budget().await?);
         }
         let budget = guard.get_or_insert_with(Default::default);
         let now = store::to_unix(SystemTime::now());
@@ -849,7 +1018,7 @@ impl Driver {
         }
         spent.push(now);
         budget.retain(|_, spent| !spent.is_empty());
-        self.store.save_budget(budget)
+        self.store.save_budget(budget).await
     }
 
     /// Answers every pending authorization of `order` with the configured challenge.
@@ -886,12 +1055,14 @@ impl Driver {
             let key_authorization = challenge.key_authorization();
             match self.challenge {
                 ChallengeType::TlsAlpn01 => {
-                    self.challenges.present(
-                        &self.provider,
-                        &identifier,
-                        key_authorization.digest().as_ref(),
-                    )?;
+                    let digest = key_authorization.digest();
+                    self.challenges
+                        .present(&self.provider, &identifier, digest.as_ref())?;
                     presented.push((identifier.clone(), String::new()));
+                    // A fleet's other replicas answer it too.
+                    self.store
+                        .publish_challenge(&identifier, Some(digest.as_ref()))
+                        .await?;
                 }
                 ChallengeType::Http01 => {}
                 ChallengeType::Dns01 => {
@@ -911,6 +1082,10 @@ impl Driver {
                     presented.push((record, value));
                 }
             }
+            if self.challenge != ChallengeType::Dns01 {
+                // Every replica the CA may reach has it before it is asked to validate.
+                tokio::time::sleep(self.store.propagation()).await;
+            }
             challenge
                 .set_ready()
                 .await
@@ -923,7 +1098,12 @@ impl Driver {
     async fn withdraw(&self, presented: Vec<(String, String)>) {
         for (what, value) in presented {
             match self.challenge {
-                ChallengeType::TlsAlpn01 => self.challenges.clean_up(&what),
+                ChallengeType::TlsAlpn01 => {
+                    self.challenges.clean_up(&what);
+                    if let Err(e) = self.store.publish_challenge(&what, None).await {
+                        tracing::warn!(name = %what, error = %e, "could not withdraw the published challenge");
+                    }
+                }
                 ChallengeType::Dns01 => {
                     if let Some(solver) = &self.dns01
                         && let Err(e) = solver.clean_up(&what, &value).await

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use tls_source::clock::Rfc3339;
 
 /// The ACME client's state: the directory, the account and each certificate's name.
@@ -42,7 +42,7 @@ pub struct NameStatus {
 }
 
 /// What a certificate is doing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum NameState {
@@ -63,5 +63,61 @@ fn rfc3339<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Erro
     match t {
         Some(t) => s.collect_str(&Rfc3339(*t)),
         None => s.serialize_none(),
+    }
+}
+
+/// The names' status as the leader of a fleet publishes it for the other replicas (times in
+/// seconds since the epoch).
+#[cfg(feature = "k8s")]
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct StoredNames(BTreeMap<String, StoredName>);
+
+#[cfg(feature = "k8s")]
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredName {
+    state: NameState,
+    not_after: Option<u64>,
+    renew_after: Option<u64>,
+    retry_at: Option<u64>,
+    last_error: Option<String>,
+}
+
+#[cfg(feature = "k8s")]
+impl StoredNames {
+    pub(crate) fn of(names: &BTreeMap<String, NameStatus>) -> Self {
+        let secs = |t: Option<SystemTime>| t.map(crate::store::to_unix);
+        Self(
+            names
+                .iter()
+                .map(|(name, s)| {
+                    (
+                        name.clone(),
+                        StoredName {
+                            state: s.state,
+                            not_after: secs(s.not_after),
+                            renew_after: secs(s.renew_after),
+                            retry_at: secs(s.retry_at),
+                            last_error: s.last_error.clone(),
+                        },
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// Sets the names this replica is configured with to what the leader says.
+    pub(crate) fn apply(&self, names: &mut BTreeMap<String, NameStatus>) {
+        let time = |t: Option<u64>| t.map(crate::store::from_unix);
+        for (name, status) in names.iter_mut() {
+            if let Some(stored) = self.0.get(name) {
+                *status = NameStatus {
+                    state: stored.state,
+                    not_after: time(stored.not_after),
+                    renew_after: time(stored.renew_after),
+                    retry_at: time(stored.retry_at),
+                    last_error: stored.last_error.clone(),
+                };
+            }
+        }
     }
 }

@@ -28,9 +28,18 @@ pub(crate) struct StoredCert {
     pub(crate) key_pem: Vec<u8>,
 }
 
+/// Where the state is kept: a directory (one replica), or a fleet's Secrets (feature `k8s`,
+/// written only by the Lease holder, every write fenced by its round).
+#[derive(Debug, Clone)]
+pub(crate) enum Store {
+    Dir(DirStore),
+    #[cfg(feature = "k8s")]
+    Kube(std::sync::Arc<crate::fleet::KubeStore>),
+}
+
 /// The state directory.
 #[derive(Debug, Clone)]
-pub(crate) struct Store {
+pub(crate) struct DirStore {
     root: PathBuf,
 }
 
@@ -55,6 +64,14 @@ pub(crate) struct Schedule {
     pub(crate) failed_for: Option<String>,
 }
 
+impl Schedule {
+    /// Nothing to wait for, nothing failed: what a name with a fresh certificate has.
+    #[cfg(feature = "k8s")]
+    pub(crate) fn is_clear(&self) -> bool {
+        self.retry_at.is_none() && self.failures == 0 && !self.failed && self.last_error.is_none()
+    }
+}
+
 pub(crate) fn to_unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
@@ -64,11 +81,127 @@ pub(crate) fn from_unix(secs: u64) -> SystemTime {
 }
 
 /// The directory name of a certificate named by its first name.
-fn dir_name(name: &str) -> String {
+pub(crate) fn dir_name(name: &str) -> String {
     name.replace('*', "_")
 }
 
+/// Forwards each call to the store in use.
+macro_rules! each {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            Store::Dir($store) => $call,
+            #[cfg(feature = "k8s")]
+            Store::Kube($store) => $call.await,
+        }
+    };
+}
+
 impl Store {
+    pub(crate) async fn account(
+        &self,
+        directory: &str,
+    ) -> Result<Option<AccountCredentials>, Error> {
+        each!(self, s => s.account(directory))
+    }
+
+    /// Stores the account; `thumbprint` (its key's, public) lets every replica answer HTTP-01.
+    pub(crate) async fn save_account(
+        &self,
+        directory: &str,
+        credentials: &AccountCredentials,
+        account_url: &str,
+        thumbprint: &str,
+    ) -> Result<(), Error> {
+        match self {
+            Store::Dir(s) => {
+                let _ = (account_url, thumbprint);
+                s.save_account(directory, credentials)
+            }
+            #[cfg(feature = "k8s")]
+            Store::Kube(s) => {
+                s.save_account(directory, credentials, account_url, thumbprint)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) async fn cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
+        each!(self, s => s.cert(name))
+    }
+
+    pub(crate) async fn save_cert(
+        &self,
+        name: &str,
+        chain_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<(), Error> {
+        each!(self, s => s.save_cert(name, chain_pem, key_pem))
+    }
+
+    pub(crate) async fn order(&self, name: &str) -> Result<Option<(InFlight, Vec<u8>)>, Error> {
+        each!(self, s => s.order(name))
+    }
+
+    pub(crate) async fn save_order(
+        &self,
+        name: &str,
+        order: &InFlight,
+        key_pem: &[u8],
+    ) -> Result<(), Error> {
+        each!(self, s => s.save_order(name, order, key_pem))
+    }
+
+    pub(crate) async fn forget_order(&self, name: &str) -> Result<(), Error> {
+        each!(self, s => s.forget_order(name))
+    }
+
+    pub(crate) async fn schedule(&self, name: &str) -> Result<Schedule, Error> {
+        each!(self, s => s.schedule(name))
+    }
+
+    pub(crate) async fn save_schedule(&self, name: &str, schedule: &Schedule) -> Result<(), Error> {
+        each!(self, s => s.save_schedule(name, schedule))
+    }
+
+    pub(crate) async fn budget(&self) -> Result<BTreeMap<String, Vec<u64>>, Error> {
+        each!(self, s => s.budget())
+    }
+
+    pub(crate) async fn save_budget(
+        &self,
+        budget: &BTreeMap<String, Vec<u64>>,
+    ) -> Result<(), Error> {
+        each!(self, s => s.save_budget(budget))
+    }
+
+    /// Publishes a TLS-ALPN-01 challenge for the other replicas (a fleet's); the directory
+    /// store has no one to tell.
+    pub(crate) async fn publish_challenge(
+        &self,
+        identifier: &str,
+        digest: Option<&[u8]>,
+    ) -> Result<(), Error> {
+        match self {
+            Store::Dir(_) => {
+                let _ = (identifier, digest);
+                Ok(())
+            }
+            #[cfg(feature = "k8s")]
+            Store::Kube(s) => s.publish_challenge(identifier, digest).await,
+        }
+    }
+
+    /// How long a challenge takes to reach every replica before the CA is told to validate.
+    pub(crate) fn propagation(&self) -> std::time::Duration {
+        match self {
+            Store::Dir(_) => std::time::Duration::ZERO,
+            #[cfg(feature = "k8s")]
+            Store::Kube(s) => s.propagation(),
+        }
+    }
+}
+
+impl DirStore {
     pub(crate) fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }

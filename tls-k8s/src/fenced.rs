@@ -55,22 +55,26 @@ pub struct FencedSecret {
     namespace: String,
     name: String,
     secret_type: String,
+    labels: BTreeMap<String, String>,
 }
 
-/// A Secret as read: its fence, its data (decoded), its annotations.
-#[cfg(feature = "self-signed")]
+/// A Secret as read: its fence, its data (decoded), its annotations. Its `Debug` shows the
+/// data's keys, never their values.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Stored {
-    pub(crate) fence: Option<Fence>,
-    pub(crate) data: BTreeMap<String, Vec<u8>>,
-    pub(crate) annotations: BTreeMap<String, String>,
+#[non_exhaustive]
+pub struct Stored {
+    /// The fence of the last accepted write, if any.
+    pub fence: Option<Fence>,
+    /// The Secret's `data`, decoded from base64.
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// The Secret's annotations.
+    pub annotations: BTreeMap<String, String>,
 }
 
-#[cfg(feature = "self-signed")]
 impl Stored {
-    /// A Secret as the API returned it. Data that is not base64 reads as missing (the writer
-    /// replaces it).
-    pub(crate) fn of(secret: &DynamicObject) -> Self {
+    /// A Secret as the API returned it (a watch event, a list). Data that is not base64 reads
+    /// as missing (the writer replaces it).
+    pub fn of(secret: &DynamicObject) -> Self {
         let data = secret
             .data
             .get("data")
@@ -94,7 +98,6 @@ impl Stored {
     }
 }
 
-#[cfg(feature = "self-signed")]
 impl fmt::Debug for Stored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The data may hold private keys: only its keys are shown.
@@ -123,7 +126,16 @@ impl FencedSecret {
             namespace: namespace.to_owned(),
             name: name.into(),
             secret_type: "kubernetes.io/tls".to_owned(),
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Labels every write sets (others are kept): e.g. the label a
+    /// [`SecretsSource`](crate::SecretsSource) of the fleet selects.
+    #[must_use]
+    pub fn labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
     }
 
     /// The `type` a missing Secret is created with (default `kubernetes.io/tls`, which the API
@@ -151,8 +163,10 @@ impl FencedSecret {
 
     /// Reads the Secret: `None` when it does not exist. Data that is not base64 reads as
     /// missing (the writer replaces it).
-    #[cfg(feature = "self-signed")]
-    pub(crate) async fn read(&self) -> Result<Option<Stored>, kube::Error> {
+    ///
+    /// # Errors
+    /// An API error.
+    pub async fn read(&self) -> Result<Option<Stored>, kube::Error> {
         Ok(self
             .api
             .get_opt(&self.name)
@@ -236,6 +250,7 @@ impl FencedSecret {
             fence,
             Some(data.unwrap_or(&empty)),
             annotations,
+            &self.labels,
         );
         let created = self.api.create(&PostParams::default(), &secret).await?;
         Ok(Written::Accepted {
@@ -251,7 +266,7 @@ impl FencedSecret {
         annotations: &BTreeMap<String, String>,
     ) -> Result<Written, kube::Error> {
         // The resourceVersion read stays in the metadata: the replace is a compare-and-swap.
-        set(&mut secret, fence, data, annotations);
+        set(&mut secret, fence, data, annotations, &self.labels);
         let replaced = self
             .api
             .replace(&self.name, &PostParams::default(), &secret)
@@ -281,7 +296,15 @@ fn set(
     fence: &Fence,
     data: Option<&BTreeMap<String, Vec<u8>>>,
     extra: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
 ) {
+    if !labels.is_empty() {
+        secret
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     let annotations = secret
         .metadata
         .annotations

@@ -219,7 +219,9 @@ pub mod store {
     //!   [`HOLDER_ANNOTATION`]); a write whose round is behind the stored one is refused
     //!   ([`Written::Refused`]), so a leader paused past its lease cannot overwrite its successor.
 
-    pub use crate::fenced::{Fence, FencedSecret, HOLDER_ANNOTATION, ROUND_ANNOTATION, Written};
+    pub use crate::fenced::{
+        Fence, FencedSecret, HOLDER_ANNOTATION, ROUND_ANNOTATION, Stored, Written,
+    };
     pub use crate::lease::{
         DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, Leadership,
         LeaseHandle, LeaseLock,
