@@ -10,98 +10,20 @@
 //! ([`tls_test::AcmeLayer`]) adds a suggested renewal window, `alreadyReplaced`, a 429
 //! `rateLimited` with `Retry-After`, and a certificate cut short.
 
+mod common;
+
+use common::*;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::CertificateDer;
 use tls_acme::{
     Acme, AcmeBuilder, AcmeStatus, ChallengeType, Dns01Solver, NameState, SolverFuture,
 };
-use tls_reload::Reloader;
 use tls_test::{PATIENCE, Pebble, probe_trusting};
-use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpListener;
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A server of ours: the ACME certificates as SNI routes (strict), TLS-ALPN-01 answered in its
-/// accept stream.
-struct Server {
-    acme: Acme,
-    reloader: Reloader,
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.reloader.stop();
-    }
-}
-
-impl Server {
-    fn start(builder: AcmeBuilder, listener: TcpListener) -> Self {
-        let acme = builder.build().expect("a valid configuration");
-        let reloader = Reloader::builder()
-            .crypto_provider(provider())
-            .routes(acme.source().expect("the source"))
-            .handshake_hook(acme.challenges())
-            .sni_strict(true)
-            .spawn_routes()
-            .expect("a reloader");
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = reloader.incoming(listener).unwrap();
-        let task = tokio::spawn(async move {
-            while let Some(Ok(mut conn)) = incoming.next().await {
-                tokio::spawn(async move {
-                    let _ = conn.write_all(b"served").await;
-                    let _ = conn.shutdown().await;
-                });
-            }
-        });
-        Self {
-            acme,
-            reloader,
-            addr,
-            task,
-        }
-    }
-
-    async fn until(&self, what: &str, pred: impl FnMut(&AcmeStatus) -> bool) -> AcmeStatus {
-        until(self.acme.status(), what, pred).await
-    }
-}
-
-/// Waits (longer than [`PATIENCE`]: a CA validates and issues) until the status satisfies
-/// `pred`.
-async fn until(
-    mut rx: tokio::sync::watch::Receiver<AcmeStatus>,
-    what: &str,
-    mut pred: impl FnMut(&AcmeStatus) -> bool,
-) -> AcmeStatus {
-    let found = tokio::time::timeout(PATIENCE * 3, async {
-        rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
-    })
-    .await;
-    match found {
-        Ok(Ok(status)) => status,
-        _ => panic!(
-            "timed out waiting for {what}; last status: {:#?}",
-            *rx.borrow()
-        ),
-    }
-}
-
-fn all_valid(status: &AcmeStatus) -> bool {
-    status.names.values().all(|n| n.state == NameState::Valid)
-}
 
 fn client(pebble: &Pebble, state: &Path) -> AcmeBuilder {
     client_at(&pebble.directory_url(), pebble, state)
@@ -115,16 +37,6 @@ fn client_at(directory: &str, pebble: &Pebble, state: &Path) -> AcmeBuilder {
         .crypto_provider(provider())
         .state_dir(state)
         .stagger(Duration::from_millis(10))
-}
-
-/// Every name is served a chain that verifies against Pebble's root, for that name.
-async fn assert_served(addr: SocketAddr, names: &[&str], root: &CertificateDer<'static>) {
-    for name in names {
-        let served = probe_trusting(addr, name, std::slice::from_ref(root))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(served.chain.len() >= 2, "{name}: leaf and intermediate");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

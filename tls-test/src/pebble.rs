@@ -434,6 +434,10 @@ struct Faults {
     damage_next_certificate: bool,
     orders_replacing: usize,
     renewal_info_requests: usize,
+    /// The next request whose path starts with this is held: never answered (and, unless
+    /// the flag says it is forwarded first, never forwarded).
+    hold: Option<(String, bool)>,
+    held: usize,
 }
 
 /// A small HTTPS layer in front of [`Pebble`] adding what Pebble 2.4 lacks: ARI
@@ -550,6 +554,33 @@ impl AcmeLayer {
         self.faults().damage_next_certificate = true;
     }
 
+    /// Holds the next request whose path starts with `prefix` (Pebble's paths: `/order-plz`,
+    /// `/chalZ/`, `/finalize-order/`, `/certZ/`): it is never answered, so its client waits
+    /// there, as a process killed at that point would. With `forward`, Pebble gets and
+    /// acts on the request first (the client never learns the answer); without, Pebble never
+    /// sees it. Later requests pass.
+    pub fn hold_next(&self, prefix: &str, forward: bool) {
+        let mut faults = self.faults();
+        faults.hold = Some((prefix.to_owned(), forward));
+        faults.held = 0;
+    }
+
+    /// Waits until the request [`hold_next`](Self::hold_next) named is held.
+    ///
+    /// # Panics
+    /// After [`PATIENCE`](crate::PATIENCE) times three without one.
+    pub async fn until_held(&self) {
+        let deadline = tokio::time::Instant::now() + crate::PATIENCE * 3;
+        while self.faults().held == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no request was held: {:?}",
+                self.faults().hold
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// New orders seen that said they replace a certificate.
     pub fn orders_replacing(&self) -> usize {
         self.faults().orders_replacing
@@ -596,6 +627,26 @@ impl Forward {
             .to_owned();
         if path.starts_with("/renewal-info/") {
             return self.renewal_info().await;
+        }
+        let hold = {
+            let mut faults = self.faults();
+            match faults.hold.take() {
+                Some((prefix, forward)) if path.starts_with(&prefix) => {
+                    faults.held += 1;
+                    Some(forward)
+                }
+                other => {
+                    faults.hold = other;
+                    None
+                }
+            }
+        };
+        if let Some(forward) = hold {
+            if forward {
+                let request = hyper::Request::from_parts(parts, http_body_util::Full::new(body));
+                let _ = self.forward(request).await;
+            }
+            return std::future::pending().await;
         }
         if path == "/order-plz" {
             let replaces = jws_payload(&body).is_some_and(|p| p.get("replaces").is_some());

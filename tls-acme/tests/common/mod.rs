@@ -1,0 +1,103 @@
+//! What the tests against Pebble share: a server of ours serving an [`Acme`]'s certificates,
+//! waiting on its status, checking what it serves.
+
+#![allow(dead_code, unreachable_pub)] // each test binary uses a part
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
+use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
+use tls_reload::Reloader;
+use tls_test::{PATIENCE, probe_trusting};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpListener;
+
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server of ours: the ACME certificates as SNI routes (strict), TLS-ALPN-01 answered in its
+/// accept stream.
+pub struct Server {
+    pub acme: Acme,
+    pub reloader: Reloader,
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.reloader.stop();
+    }
+}
+
+impl Server {
+    pub fn start(builder: AcmeBuilder, listener: TcpListener) -> Self {
+        let acme = builder.build().expect("a valid configuration");
+        let reloader = Reloader::builder()
+            .crypto_provider(provider())
+            .routes(acme.source().expect("the source"))
+            .handshake_hook(acme.challenges())
+            .sni_strict(true)
+            .spawn_routes()
+            .expect("a reloader");
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = reloader.incoming(listener).unwrap();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                tokio::spawn(async move {
+                    let _ = conn.write_all(b"served").await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        Self {
+            acme,
+            reloader,
+            addr,
+            task,
+        }
+    }
+
+    pub async fn until(&self, what: &str, pred: impl FnMut(&AcmeStatus) -> bool) -> AcmeStatus {
+        until(self.acme.status(), what, pred).await
+    }
+}
+
+/// Waits (longer than [`PATIENCE`]: a CA validates and issues) until the status satisfies
+/// `pred`.
+pub async fn until(
+    mut rx: tokio::sync::watch::Receiver<AcmeStatus>,
+    what: &str,
+    mut pred: impl FnMut(&AcmeStatus) -> bool,
+) -> AcmeStatus {
+    let found = tokio::time::timeout(PATIENCE * 3, async {
+        rx.wait_for(|s| pred(s)).await.map(|s| s.clone())
+    })
+    .await;
+    match found {
+        Ok(Ok(status)) => status,
+        _ => panic!(
+            "timed out waiting for {what}; last status: {:#?}",
+            *rx.borrow()
+        ),
+    }
+}
+
+pub fn all_valid(status: &AcmeStatus) -> bool {
+    status.names.values().all(|n| n.state == NameState::Valid)
+}
+
+/// Every name is served a chain that verifies against Pebble's root, for that name.
+pub async fn assert_served(addr: SocketAddr, names: &[&str], root: &CertificateDer<'static>) {
+    for name in names {
+        let served = probe_trusting(addr, name, std::slice::from_ref(root))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(served.chain.len() >= 2, "{name}: leaf and intermediate");
+    }
+}

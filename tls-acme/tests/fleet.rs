@@ -1,0 +1,263 @@
+//! A fleet of three replicas sharing one ACME state in Secrets of the API emulator, against
+//! Pebble: replicas on 127.0.0.1, .2 and .3 (the same port, Pebble's TLS-ALPN-01 port), each
+//! with its own emulator endpoint so one can be cut off. challtestsrv points the names at the
+//! followers, so the CA's validation reaches a replica that did not order. Orders are counted
+//! on the CA's side (Pebble's log), not by our metrics.
+//!
+//! Faults injected: the leader killed (its API connection reset, its tasks dropped) at defined
+//! points, each made exact by [`tls_test::AcmeLayer::hold_next`] holding one request to Pebble
+//! unanswered: before its new order reaches the CA, after it stored the order (telling the CA
+//! to validate), after its challenge was answered (finalizing), after finalizing (downloading
+//! the certificate), and after the CA created the order but before its URL could be stored
+//! (the one point where a second order is placed); every replica restarted.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use common::*;
+use tls_acme::{Acme, NameState};
+use tls_test::{Endpoint, KubeApi, Link, PATIENCE, Pebble};
+use tokio::net::TcpListener;
+
+/// Test timings: a 1.5 s lease, renewed every 200 ms, given up after 1 s.
+const LEASE: Duration = Duration::from_millis(1500);
+const RENEW_DEADLINE: Duration = Duration::from_millis(1000);
+const RETRY: Duration = Duration::from_millis(200);
+
+struct Replica {
+    id: String,
+    endpoint: Endpoint,
+    server: Server,
+}
+
+fn client_of(endpoint: &Endpoint) -> kube::Client {
+    let mut config = kube::Config::new(endpoint.url().parse().expect("emulator URL"));
+    config.default_namespace = "default".into();
+    kube::Client::try_from(config).expect("client")
+}
+
+impl Replica {
+    /// Replica `n` (1 to 3), serving on 127.0.0.`n`:`port`.
+    async fn start(
+        api: &KubeApi,
+        (pebble, directory): (&Pebble, &str),
+        n: u8,
+        port: u16,
+        names: &[&str],
+    ) -> Self {
+        let id = format!("replica-{n}");
+        let endpoint = api.endpoint().await;
+        let mut builder = Acme::builder(directory)
+            .contact("ops@example.com")
+            .directory_roots(vec![pebble.https_ca_der()])
+            .crypto_provider(provider())
+            .stagger(Duration::from_millis(10))
+            .kubernetes(client_of(&endpoint), "default", "web", id.clone())
+            .lease_timing(LEASE, RENEW_DEADLINE, RETRY);
+        for name in names {
+            builder = builder.name(*name);
+        }
+        let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, n), port));
+        let listener = TcpListener::bind(addr).await.expect("bind");
+        Self {
+            id,
+            endpoint,
+            server: Server::start(builder, listener),
+        }
+    }
+
+    fn leading(&self) -> bool {
+        self.server
+            .acme
+            .leadership()
+            .expect("a fleet")
+            .borrow()
+            .leading
+    }
+
+    async fn until_leading(&self) {
+        let mut leadership = self.server.acme.leadership().expect("a fleet");
+        tokio::time::timeout(PATIENCE, leadership.wait_for(|l| l.leading))
+            .await
+            .unwrap_or_else(|_| panic!("{} never led", self.id))
+            .expect("the election runs");
+    }
+
+    /// Killed as on SIGKILL: its API connection is reset first (it cannot release the Lease),
+    /// then everything it runs is dropped.
+    fn kill(self) {
+        self.endpoint.partition(Link::Reset);
+        drop(self.server);
+    }
+}
+
+fn secret(api: &KubeApi, name: &str) -> Option<serde_json::Value> {
+    api.get("secrets", "default", name)
+}
+
+/// The leader is replica 1 (started first); names point at the others.
+async fn fleet(api: &KubeApi, ca: (&Pebble, &str), port: u16, names: &[&str]) -> [Replica; 3] {
+    let a = Replica::start(api, ca, 1, port, names).await;
+    a.until_leading().await;
+    let b = Replica::start(api, ca, 2, port, names).await;
+    let c = Replica::start(api, ca, 3, port, names).await;
+    [a, b, c]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_nothing() {
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let names = ["a.example.com", "b.example.com", "c.example.com"];
+    // The CA validates a at replica 2, b at replica 3, c at the leader.
+    pebble.add_a(names[0], Ipv4Addr::new(127, 0, 0, 2)).await;
+    pebble.add_a(names[1], Ipv4Addr::new(127, 0, 0, 3)).await;
+    let api = KubeApi::start().await;
+    let root = pebble.issuing_root().await;
+    let directory = pebble.directory_url();
+    let replicas = fleet(&api, (&pebble, &directory), port, &names).await;
+    for replica in &replicas {
+        // Every replica's status says what the leader did (the others read its status).
+        let status = replica.server.until("every name valid", all_valid).await;
+        assert_eq!(status.names.len(), 3);
+        assert!(status.account.is_some(), "{}: the account", replica.id);
+        assert_served(replica.server.addr, &names, &root).await;
+    }
+    assert!(replicas[0].leading() && !replicas[1].leading() && !replicas[2].leading());
+    assert_eq!(pebble.orders(), 3, "one order per name across the fleet");
+    // What the fleet keeps: a certificate Secret per name, labelled for the watch and fenced
+    // by the leader; the account's public thumbprint on its Secret; no order left in flight.
+    for name in names {
+        let cert = secret(&api, &format!("web-acme-{name}")).expect("the certificate's Secret");
+        assert_eq!(cert["type"], "kubernetes.io/tls");
+        assert_eq!(
+            cert["metadata"]["labels"][tls_acme::CERTIFICATE_LABEL],
+            "web"
+        );
+        assert_eq!(
+            cert["metadata"]["annotations"][tls_k8s::store::HOLDER_ANNOTATION],
+            "replica-1"
+        );
+    }
+    let account = secret(&api, "web-acme-account").expect("the account's Secret");
+    assert!(
+        account["metadata"]["annotations"][tls_acme::THUMBPRINT_ANNOTATION]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    );
+    let state = secret(&api, "web-acme-state").expect("the state Secret");
+    let keys: Vec<&String> = state["data"].as_object().expect("data").keys().collect();
+    assert!(
+        keys.iter().all(|k| !k.starts_with("order.")),
+        "no order left in flight: {keys:?}"
+    );
+
+    // Every replica restarted: each serves what is stored as soon as it is ready, and nothing
+    // is ordered again.
+    let ids: Vec<String> = replicas.iter().map(|r| r.id.clone()).collect();
+    drop(replicas);
+    let replicas = fleet(&api, (&pebble, &directory), port, &names).await;
+    for replica in &replicas {
+        tokio::time::timeout(PATIENCE, replica.server.reloader.ready())
+            .await
+            .expect("ready in time")
+            .expect("ready");
+        assert_served(replica.server.addr, &names, &root).await;
+        assert!(ids.contains(&replica.id));
+    }
+    // Long enough for the new leader to have looked at every name.
+    replicas[0]
+        .server
+        .until("every name valid after the restart", all_valid)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        pebble.orders(),
+        3,
+        "nothing ordered again after the restart"
+    );
+}
+
+/// The leader of a fleet serving one name is killed while its request to Pebble's `path` is
+/// held (after Pebble acted on it, with `forwarded`); the survivors finish the certificate.
+/// Returns how many orders Pebble saw (`None`: Pebble is not installed, the test is skipped).
+async fn leader_killed_at(path: &str, forwarded: bool) -> Option<usize> {
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return None;
+    };
+    let name = "d.example.com";
+    pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
+    let layer = pebble.layer().await;
+    layer.hold_next(path, forwarded);
+    let api = KubeApi::start().await;
+    let root = pebble.issuing_root().await;
+    let directory = layer.directory_url();
+    let [leader, b, c] = fleet(&api, (&pebble, &directory), port, &[name]).await;
+    layer.until_held().await;
+    leader.kill();
+    // A follower takes over when the lease expires and resumes what is stored.
+    for replica in [&b, &c] {
+        replica
+            .server
+            .until("the name valid after the failover", all_valid)
+            .await;
+        assert_served(replica.server.addr, &[name], &root).await;
+    }
+    let new_leader = if b.leading() { &b } else { &c };
+    assert!(new_leader.leading(), "{path}: one of the survivors leads");
+    let cert = secret(&api, &format!("web-acme-{name}")).expect("the certificate's Secret");
+    assert_eq!(
+        cert["metadata"]["annotations"][tls_k8s::store::HOLDER_ANNOTATION],
+        new_leader.id.as_str(),
+        "{path}: written by the new leader"
+    );
+    Some(pebble.orders())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_killed_before_its_order_reaches_the_ca_is_succeeded_by_one_order() {
+    let Some(orders) = leader_killed_at("/order-plz", false).await else {
+        return;
+    };
+    assert_eq!(orders, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_killed_after_storing_its_order_is_succeeded_by_one_that_resumes_it() {
+    // Held when it tells the CA to validate: the order and the challenge are stored.
+    let Some(orders) = leader_killed_at("/chalZ/", false).await else {
+        return;
+    };
+    assert_eq!(orders, 1, "the stored order was resumed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_killed_after_its_challenge_was_answered_is_succeeded_by_one_that_finalizes() {
+    let Some(orders) = leader_killed_at("/finalize-order/", false).await else {
+        return;
+    };
+    assert_eq!(orders, 1, "the stored order was finalized");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_killed_after_finalizing_is_succeeded_by_one_that_downloads_the_certificate() {
+    let Some(orders) = leader_killed_at("/certZ/", false).await else {
+        return;
+    };
+    assert_eq!(orders, 1, "the stored order's certificate was downloaded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_killed_before_storing_the_url_the_ca_answered_costs_one_more_order() {
+    // The only point where a second order is placed: the CA created the order, and the
+    // leader died before it could store its URL.
+    let Some(orders) = leader_killed_at("/order-plz", true).await else {
+        return;
+    };
+    assert_eq!(orders, 2);
+}
