@@ -17,7 +17,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use common::*;
-use tls_acme::{Acme, NameState};
+use tls_acme::Acme;
 use tls_test::{Endpoint, KubeApi, Link, PATIENCE, Pebble};
 use tokio::net::TcpListener;
 
@@ -187,9 +187,7 @@ async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_not
 /// Returns how many orders Pebble saw (`None`: Pebble is not installed, the test is skipped).
 async fn leader_killed_at(path: &str, forwarded: bool) -> Option<usize> {
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return None;
-    };
+    let pebble = Pebble::builder().tls_port(port).start().await?;
     let name = "d.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let layer = pebble.layer().await;
