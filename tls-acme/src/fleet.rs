@@ -60,8 +60,11 @@ pub(crate) struct FleetConfig {
     pub(crate) namespace: String,
     pub(crate) name: String,
     pub(crate) identity: String,
+    pub(crate) lease: String,
     pub(crate) timing: Option<(Duration, Duration, Duration)>,
     pub(crate) leadership: Arc<watch::Sender<Leadership>>,
+    /// Cancelled once the replica has stopped and its Lease is released (or given up).
+    pub(crate) released: CancellationToken,
 }
 
 impl fmt::Debug for FleetConfig {
@@ -70,6 +73,7 @@ impl fmt::Debug for FleetConfig {
             .field("namespace", &self.namespace)
             .field("name", &self.name)
             .field("identity", &self.identity)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -422,7 +426,7 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, store: Arc<KubeStor
     let mut lock = LeaseLock::new(
         config.client.clone(),
         &config.namespace,
-        format!("{}-acme", config.name),
+        config.lease.clone(),
         config.identity.clone(),
     );
     if let Some((lease, renew, retry)) = config.timing {
@@ -430,7 +434,18 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, store: Arc<KubeStor
     }
     let lease = lock.spawn(token.child_token());
     let mut leadership = lease.leadership();
-    let served = serve(&config, &tx);
+    let forwarded = lease.leadership();
+    // When this future is dropped (the source was), a leader releases its Lease so that
+    // another replica leads within a retry period.
+    tokio::spawn({
+        let (token, released) = (token.clone(), config.released.clone());
+        async move {
+            token.cancelled().await;
+            lease.stop().await;
+            released.cancel();
+        }
+    });
+    let served = serve(&config, &driver.groups, &tx);
     let watched = watch_state(&driver, &config, leadership.clone());
     let lead = async {
         loop {
@@ -456,7 +471,7 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, store: Arc<KubeStor
         }
     };
     let forward = async {
-        let mut leadership = lease.leadership();
+        let mut leadership = forwarded;
         loop {
             config
                 .leadership
@@ -469,12 +484,26 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, store: Arc<KubeStor
     tokio::join!(served, watched, lead, forward);
 }
 
-/// Every certificate of the fleet, from its Secrets, into `tx`.
-async fn serve(config: &FleetConfig, tx: &Tx) {
+/// Every certificate of the fleet, from its Secrets, into `tx`: keyed by its first name, as
+/// one replica's are (a Secret of a name this replica is not configured with keeps its
+/// `namespace/name`).
+async fn serve(config: &FleetConfig, groups: &[Vec<String>], tx: &Tx) {
+    let keys: std::collections::HashMap<String, String> = groups
+        .iter()
+        .map(|group| {
+            let secret = certificate_secret(&config.name, &group[0]);
+            (format!("{}/{secret}", config.namespace), group[0].clone())
+        })
+        .collect();
     let mut secrets = tls_k8s::SecretsSource::builder(config.client.clone(), &config.namespace)
         .selector(format!("{CERTIFICATE_LABEL}={}", config.name))
         .build();
-    while let Some(item) = secrets.next().await {
+    while let Some(mut item) = secrets.next().await {
+        if let Ok(keyed) = &mut item
+            && let Some(name) = keys.get(&keyed.key)
+        {
+            keyed.key.clone_from(name);
+        }
         if tx.send(item).is_err() {
             return;
         }

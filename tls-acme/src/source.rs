@@ -69,7 +69,10 @@ const POLL: RetryPolicy = RetryPolicy::new()
 /// ```
 pub struct Acme {
     #[cfg(feature = "k8s")]
-    leadership: Option<watch::Receiver<tls_k8s::Leadership>>,
+    leadership: Option<(
+        watch::Receiver<tls_k8s::Leadership>,
+        tokio_util::sync::CancellationToken,
+    )>,
     challenges: Arc<Challenges>,
     http01: Http01,
     status: watch::Receiver<AcmeStatus>,
@@ -128,7 +131,21 @@ impl Acme {
     /// [`kubernetes`](AcmeBuilder::kubernetes)).
     #[cfg(feature = "k8s")]
     pub fn leadership(&self) -> Option<watch::Receiver<tls_k8s::Leadership>> {
-        self.leadership.clone()
+        self.leadership.as_ref().map(|(rx, _)| rx.clone())
+    }
+
+    /// With [`kubernetes`](AcmeBuilder::kubernetes): resolves once the started source has
+    /// been dropped and this replica's Lease released (a leader releases it, so that another
+    /// replica leads within a retry period rather than a lease duration). Without a fleet, at
+    /// once.
+    #[cfg(feature = "k8s")]
+    pub fn released(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let released = self.leadership.as_ref().map(|(_, r)| r.clone());
+        async move {
+            if let Some(released) = released {
+                released.cancelled().await;
+            }
+        }
     }
 
     /// The status, updated as each certificate's state changes (on a fleet's other replicas,
@@ -163,6 +180,7 @@ struct FleetSettings {
     namespace: String,
     name: String,
     identity: String,
+    lease: Option<String>,
     timing: Option<(Duration, Duration, Duration)>,
     propagation: Duration,
 }
@@ -279,7 +297,8 @@ impl AcmeBuilder {
     }
 
     /// Shares the state with a fleet of replicas in Kubernetes Secrets of `namespace`, instead
-    /// of a state directory (feature `k8s`): the replica holding the Lease `NAME-acme` orders
+    /// of a state directory (feature `k8s`): the replica holding the Lease `NAME-acme` (see
+    /// [`lease`](Self::lease)) orders
     /// and renews, every write fenced by its round; every replica serves each certificate from
     /// its Secret (`NAME-acme-<first name>`, `kubernetes.io/tls`, labelled
     /// [`CERTIFICATE_LABEL`](crate::CERTIFICATE_LABEL)`=NAME`) and answers the CA's
@@ -315,9 +334,19 @@ impl AcmeBuilder {
             namespace: namespace.into(),
             name: name.into(),
             identity: identity.into(),
+            lease: None,
             timing: None,
             propagation: DEFAULT_CHALLENGE_PROPAGATION,
         });
+        self
+    }
+
+    /// The fleet's Lease (default `NAME-acme`). Only with [`kubernetes`](Self::kubernetes).
+    #[cfg(feature = "k8s")]
+    pub fn lease(mut self, lease: impl Into<String>) -> Self {
+        if let Some(fleet) = &mut self.fleet {
+            fleet.lease = Some(lease.into());
+        }
         self
     }
 
@@ -388,10 +417,14 @@ impl AcmeBuilder {
                     Some(crate::fleet::FleetConfig {
                         client: fleet.client,
                         namespace: fleet.namespace,
+                        lease: fleet
+                            .lease
+                            .unwrap_or_else(|| format!("{}-acme", fleet.name)),
                         name: fleet.name,
                         identity: fleet.identity,
                         timing: fleet.timing,
                         leadership: Arc::new(tx),
+                        released: tokio_util::sync::CancellationToken::new(),
                     }),
                 )
             }
@@ -458,7 +491,9 @@ impl AcmeBuilder {
         let _ = fleet;
         Ok(Acme {
             #[cfg(feature = "k8s")]
-            leadership: fleet.map(|f| f.leadership.subscribe()),
+            leadership: fleet
+                .as_ref()
+                .map(|f| (f.leadership.subscribe(), f.released.clone())),
             challenges,
             http01,
             status,
@@ -548,7 +583,7 @@ pub(crate) struct Driver {
     directory: String,
     contact: Vec<String>,
     eab: Option<(String, Vec<u8>)>,
-    groups: Vec<Vec<String>>,
+    pub(crate) groups: Vec<Vec<String>>,
     store: Store,
     challenge: ChallengeType,
     dns01: Option<Arc<dyn Dns01Solver>>,
@@ -727,6 +762,8 @@ impl Driver {
         let name = &group[0];
         let signature = format!("{}|{}", group.join(","), self.challenge);
         let mut first = true;
+        // The ARI window the last renewal was made in.
+        let mut renewed_under = None;
         loop {
             let schedule = self.store.schedule(name).await.unwrap_or_default();
             if schedule.failed && schedule.failed_for.as_deref() == Some(signature.as_str()) {
@@ -738,12 +775,18 @@ impl Driver {
                 return std::future::pending().await;
             }
             let now = SystemTime::now();
-            let (renew_at, recheck) = match &held {
+            let (renew_at, recheck, window) = match &held {
                 Some(h) => {
-                    let (at, recheck) = self.renew_at(account, h).await;
-                    (Some(at), recheck)
+                    let (mut at, recheck, window) = self.renew_at(account, h).await;
+                    if window.is_some() && window == renewed_under {
+                        // The CA suggests, for the new certificate, the window the last one
+                        // was renewed in: stale (or a CA answering every certificate alike).
+                        // Renewing again would loop; the lifetime decides until it moves.
+                        at = two_thirds(h);
+                    }
+                    (Some(at), recheck, window)
                 }
-                None => (None, None),
+                None => (None, None, None),
             };
             let retry_at = schedule.retry_at.map(store::from_unix).filter(|t| *t > now);
             let due = match (retry_at, renew_at) {
@@ -783,6 +826,9 @@ impl Driver {
             });
             // With ARI, the order says which certificate it replaces.
             let replaces = held.as_ref().filter(|_| recheck.is_some());
+            if held.is_some() {
+                renewed_under = window;
+            }
             let obtained = self.obtain(account, group, replaces, held.is_some()).await;
             crate::metrics::order(name, crate::metrics::outcome(obtained.as_ref().map(drop)));
             match obtained {
@@ -847,7 +893,16 @@ impl Driver {
     /// When `held` is renewed: inside the CA's suggested window (ARI, RFC 9773) when it
     /// offers one (then with when to ask again: its `Retry-After`, one minute to a day), else
     /// at two thirds of its lifetime, a little earlier by chance.
-    async fn renew_at(&self, account: &Account, held: &Held) -> (SystemTime, Option<Duration>) {
+    /// (With ARI, also the window.)
+    async fn renew_at(
+        &self,
+        account: &Account,
+        held: &Held,
+    ) -> (
+        SystemTime,
+        Option<Duration>,
+        Option<(SystemTime, SystemTime)>,
+    ) {
         if let Ok(id) = instant_acme::CertificateIdentifier::try_from(&held.leaf)
             && let Ok((info, recheck)) = account.renewal_info(&id).await
         {
@@ -855,14 +910,13 @@ impl Driver {
             let end = SystemTime::from(info.suggested_window.end);
             let span = end.duration_since(start).unwrap_or_default();
             let recheck = recheck.clamp(Duration::from_secs(60), Duration::from_secs(24 * 3600));
-            return (start + span.mul_f64(random_fraction()), Some(recheck));
+            return (
+                start + span.mul_f64(random_fraction()),
+                Some(recheck),
+                Some((start, end)),
+            );
         }
-        let lifetime = held
-            .not_after
-            .duration_since(held.not_before)
-            .unwrap_or_default();
-        let at = held.not_before + lifetime * 2 / 3 - (lifetime / 30).mul_f64(random_fraction());
-        (at, None)
+        (two_thirds(held), None, None)
     }
 
     /// One order for `group`, resumed if one is in flight; a new one says it `replaces` the
@@ -1167,6 +1221,15 @@ impl Driver {
             key_pem,
         })
     }
+}
+
+/// Two thirds into `held`'s lifetime, a little earlier by chance.
+fn two_thirds(held: &Held) -> SystemTime {
+    let lifetime = held
+        .not_after
+        .duration_since(held.not_before)
+        .unwrap_or_default();
+    held.not_before + lifetime * 2 / 3 - (lifetime / 30).mul_f64(random_fraction())
 }
 
 /// The registered domain of `name` (its public suffix and one label more, by the public
