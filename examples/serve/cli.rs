@@ -96,10 +96,12 @@ pub(crate) struct Cli {
     k8s_secret: Option<(String, String)>,
     /// One self-signed certificate for every replica, kept in this Secret: the Lease holder
     /// generates and renews it, every replica serves it (the self-signed flags apply; the
-    /// status JSON gains `leader`)
+    /// status JSON gains `leader`). With --acme-directory: the fleet's ACME state, in Secrets
+    /// named NAME-acme-*; the Lease holder orders, every replica serves and answers
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = namespaced("--k8s-shared"))]
     k8s_shared: Option<(String, String)>,
-    /// The Lease that elects the writer [default: NAME-writer]
+    /// The Lease that elects the writer [default: NAME-writer; with --acme-directory,
+    /// NAME-acme]
     #[arg(long, value_name = "NAME")]
     lease: Option<String>,
     /// This replica's name in the Lease [default: $POD_NAME, else the host name]
@@ -247,11 +249,25 @@ pub(crate) struct AcmeArgs {
     pub(crate) domains: Vec<String>,
     pub(crate) email: Option<String>,
     pub(crate) directory_ca: Option<PathBuf>,
-    pub(crate) state: PathBuf,
+    pub(crate) state: AcmeState,
     pub(crate) challenge: ChallengeType,
     pub(crate) http_listen: Option<SocketAddr>,
     /// External account binding: the key id and the HMAC key.
     pub(crate) eab: Option<(String, EabKey)>,
+}
+
+/// Where the ACME state is kept.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AcmeState {
+    /// `--acme-state DIR`: one replica.
+    Dir(PathBuf),
+    /// `--k8s-shared NAMESPACE/NAME`: a fleet's Secrets, written by the Lease holder.
+    Fleet {
+        namespace: String,
+        name: String,
+        lease: Option<String>,
+        identity: String,
+    },
 }
 
 /// An external account binding's HMAC key (kept out of `Debug`).
@@ -392,6 +408,30 @@ impl Cli {
             },
             self.k8s_shared.is_some(),
         )?;
+        // ACME for a fleet: --k8s-shared names its Secrets; the default certificate (for
+        // names without an ACME one) is --cert's, or the in-memory self-signed one.
+        let mut acme = acme;
+        let mut k8s_shared = self.k8s_shared;
+        if let Some(acme) = &mut acme
+            && let Some((namespace, name)) = k8s_shared.take()
+        {
+            if self.k8s_secret.is_some() {
+                return Err("--k8s-shared with --acme-directory cannot be combined with --k8s-secret (give the default certificate with --cert)".into());
+            }
+            if self.self_signed_dir.is_some() || self.self_signed_ca {
+                return Err("--self-signed-dir and --self-signed-ca do not go with --acme-directory and --k8s-shared: the self-signed default is kept in memory".into());
+            }
+            let identity =
+                self.identity.clone().or_else(default_identity).ok_or(
+                    "--k8s-shared needs --identity (no POD_NAME, no host name)".to_owned(),
+                )?;
+            acme.state = AcmeState::Fleet {
+                namespace,
+                name,
+                lease: self.lease.clone(),
+                identity,
+            };
+        }
         let self_signed = SelfSignedArgs {
             names: self.name,
             validity: self.self_signed_validity,
@@ -399,7 +439,7 @@ impl Cli {
             ca: self.self_signed_ca,
         };
         let self_signed_flags = self_signed != SelfSignedArgs::default();
-        let certs = if let Some((namespace, name)) = self.k8s_shared {
+        let certs = if let Some((namespace, name)) = k8s_shared {
             if files || self.k8s_secret.is_some() {
                 return Err(
                     "--k8s-shared cannot be combined with --cert, --cert-dir or --k8s-secret"
@@ -508,20 +548,23 @@ impl Cli {
             (None, None) => None,
             _ => return Err("--acme-eab-kid and --acme-eab-key go together".into()),
         };
-        if shared {
-            return Err(
-                "--acme-directory with --k8s-shared (ACME for a fleet) is not built yet: run one replica with --acme-state"
-                    .into(),
-            );
-        }
-        let state = flags.state.ok_or(
-            "--acme-directory needs --acme-state DIR: without it every restart orders every certificate again",
-        )?;
+        let state = match (flags.state, shared) {
+            (Some(_), true) => {
+                return Err("--acme-state does not go with --k8s-shared: the fleet's state is kept in its Secrets".into());
+            }
+            (Some(dir), false) => AcmeState::Dir(dir),
+            // Filled in by the caller, which knows the fleet.
+            (None, true) => AcmeState::Dir(PathBuf::new()),
+            (None, false) => {
+                return Err("--acme-directory needs --acme-state DIR (or --k8s-shared NAMESPACE/NAME for a fleet): without it every restart orders every certificate again".into());
+            }
+        };
         // What the library refuses, refused here with the flag named (exit 2, not 1).
         let check = |builder: tls_acme::AcmeBuilder| {
             builder
                 .crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-                .state_dir(&state)
+                // Only checked: nothing is read or written at build.
+                .state_dir("/")
                 .challenge(challenge)
                 .build()
                 .map(drop)
@@ -1030,7 +1073,7 @@ mod tests {
         assert_eq!(acme.directory, DIRECTORY);
         assert_eq!(acme.domains, ["a.example.com", "b.example.com"]);
         assert_eq!(acme.email.as_deref(), Some("ops@example.com"));
-        assert_eq!(acme.state, PathBuf::from("/var/lib/acme"));
+        assert_eq!(acme.state, AcmeState::Dir(PathBuf::from("/var/lib/acme")));
         assert_eq!(acme.challenge, ChallengeType::TlsAlpn01);
         assert_eq!(
             acme.eab,
@@ -1193,11 +1236,74 @@ mod tests {
                 "a.example.com",
                 "--k8s-shared",
                 "default/web",
+                "--acme-state",
+                "/var/lib/acme",
+            ],
+            "--acme-state",
+            "does not go with --k8s-shared",
+        );
+        refused(
+            &[
+                "--acme-directory",
+                DIRECTORY,
+                "--acme-domain",
+                "a.example.com",
+                "--k8s-shared",
+                "default/web",
                 "--identity",
                 "pod-0",
+                "--self-signed-dir",
+                "/tmp/x",
             ],
+            "--self-signed-dir",
+            "in memory",
+        );
+    }
+
+    #[test]
+    fn acme_with_k8s_shared_is_a_fleet_served_on_the_in_memory_default() {
+        let args = parse(&[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
             "--k8s-shared",
-            "not built yet",
+            "web/edge",
+            "--lease",
+            "edge-orders",
+            "--identity",
+            "pod-0",
+        ])
+        .unwrap();
+        assert_eq!(args.certs, Certs::SelfSigned(SelfSignedArgs::default()));
+        assert_eq!(
+            args.acme.unwrap().state,
+            AcmeState::Fleet {
+                namespace: "web".into(),
+                name: "edge".into(),
+                lease: Some("edge-orders".into()),
+                identity: "pod-0".into(),
+            }
+        );
+        let args = parse(&[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
+            "--k8s-shared",
+            "web/edge",
+            "--identity",
+            "pod-0",
+            "--cert",
+            "/etc/tls/tls.crt",
+            "--key",
+            "/etc/tls/tls.key",
+        ])
+        .unwrap();
+        assert!(
+            matches!(args.certs, Certs::Files { .. }),
+            "{:?}",
+            args.certs
         );
     }
 

@@ -106,7 +106,7 @@ use tokio_util::sync::CancellationToken;
 mod cli;
 mod status;
 
-use cli::{AcmeArgs, Args, Certs, SealArgs, SelfSignedArgs};
+use cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs};
 use status::{AppState, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
@@ -182,8 +182,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         builder = builder.routes(source);
     }
     let acme = match &args.acme {
-        Some(options) => Some(acme(options)?),
+        Some(options) => Some(acme(options).await?),
         None => None,
+    };
+    // ACME for a fleet: its Lease is the status's `leader`, released on the way out.
+    let (leader, released) = match acme.as_ref().and_then(tls_acme::Acme::leadership) {
+        Some(acme_leader) => (
+            Some(acme_leader),
+            acme.as_ref()
+                .map(|a| -> futures::future::BoxFuture<'static, ()> { Box::pin(a.released()) }),
+        ),
+        None => (leader, released),
     };
     if let Some(acme) = &acme {
         // Each name's certificate is an SNI route; TLS-ALPN-01 is answered in the accept
@@ -377,10 +386,23 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
 }
 
 /// The ACME client of `--acme-directory` (checked when the flags were).
-fn acme(options: &AcmeArgs) -> anyhow::Result<tls_acme::Acme> {
-    let mut builder = tls_acme::Acme::builder(&options.directory)
-        .state_dir(&options.state)
-        .challenge(options.challenge);
+async fn acme(options: &AcmeArgs) -> anyhow::Result<tls_acme::Acme> {
+    let mut builder = tls_acme::Acme::builder(&options.directory).challenge(options.challenge);
+    builder = match &options.state {
+        AcmeState::Dir(dir) => builder.state_dir(dir),
+        AcmeState::Fleet {
+            namespace,
+            name,
+            lease,
+            identity,
+        } => {
+            let builder = builder.kubernetes(kube_client().await?, namespace, name, identity);
+            match lease {
+                Some(lease) => builder.lease(lease),
+                None => builder,
+            }
+        }
+    };
     for domain in &options.domains {
         builder = builder.name(domain);
     }

@@ -1452,3 +1452,94 @@ async fn acme_http_01_is_answered_on_its_own_port() {
         "no answer for a host that is not ours: {other}"
     );
 }
+
+/// ACME for a fleet: three `serve --k8s-shared --acme-directory` replicas on 127.0.0.1, .2 and
+/// .3, each through its own API endpoint; the first leads and orders, the CA's validation of
+/// each name reaches another replica (challtestsrv points the names there), every replica
+/// serves every name and shows the leader's ACME status. Restarted, the fleet orders nothing
+/// (orders counted in Pebble's log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_orders_nothing() {
+    let port = free_port();
+    let Some(pebble) = tls_test::Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let names = ["a.example.com", "b.example.com"];
+    pebble
+        .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))
+        .await;
+    pebble
+        .add_a(names[1], std::net::Ipv4Addr::new(127, 0, 0, 3))
+        .await;
+    let api = tls_test::KubeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (directory, ca) = (pebble.directory_url(), pebble.https_ca_file());
+    let root = pebble.issuing_root().await;
+    let start = |n: u8| {
+        let (api, dir, directory, ca) = (&api, dir.path(), directory.clone(), ca.clone());
+        async move {
+            let endpoint = api.endpoint().await;
+            let id = format!("web-{n}");
+            let kubeconfig = kubeconfig_at(&endpoint.url(), &dir.join(&id));
+            let listen = format!("127.0.0.{n}:{port}");
+            let args = [
+                "--listen",
+                &listen,
+                "--acme-directory",
+                &directory,
+                "--acme-domain",
+                names[0],
+                "--acme-domain",
+                names[1],
+                "--acme-directory-ca",
+                ca.to_str().unwrap(),
+                "--k8s-shared",
+                "default/web",
+                "--identity",
+                &id,
+            ];
+            let serve =
+                Serve::start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await;
+            (endpoint, serve)
+        }
+    };
+    let issued = |s: &serde_json::Value| {
+        names.iter().all(|n| {
+            s["acme"]["names"][n]["state"] == "valid"
+                && s["routes"][n]["fingerprint_sha256"].is_string()
+        })
+    };
+    for round in ["first start", "restart"] {
+        let first = start(1).await;
+        first
+            .1
+            .wait_status("the first replica leads", |s| {
+                s["leader"]["leading"] == true
+            })
+            .await;
+        let replicas = [first, start(2).await, start(3).await];
+        for (_, serve) in &replicas {
+            let status = serve.wait_status("both names issued", issued).await;
+            assert_eq!(status["leader"]["holder"], "web-1", "{round}: {status}");
+            assert!(status["acme"]["account"].is_string(), "{round}: {status}");
+            for name in names {
+                tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root))
+                    .await
+                    .unwrap_or_else(|e| panic!("{round}: {name} at {}: {e}", serve.addr));
+            }
+        }
+        assert_eq!(
+            pebble.orders(),
+            2,
+            "{round}: one order per name for the fleet"
+        );
+        for (_, serve) in replicas {
+            serve.signal("-TERM");
+            assert_eq!(serve.exit_code().await, Some(0));
+        }
+    }
+    assert!(
+        api.get("secrets", "default", "web-acme-a.example.com")
+            .is_some()
+    );
+}
