@@ -60,8 +60,9 @@
 //!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
 //!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
-//!   "failed", "not_after": …, "renew_after": …, "retry_at": …, "last_error": …}}}`. (ACME for a
-//!   fleet, with `--k8s-shared`, is not built yet.)
+//!   "failed", "not_after": …, "renew_after": …, "retry_at": …, "last_error": …}}}`. With
+//!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
+//!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
 //!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
