@@ -48,11 +48,11 @@
 //! The served certificate's expiry is `tls-reload`'s, per route.
 //!
 //! # A fleet
-//! With the `k8s` feature, [`AcmeBuilder::kubernetes`] keeps the state in Kubernetes Secrets
+//! With the `k8s` feature, `AcmeBuilder::kubernetes` keeps the state in Kubernetes Secrets
 //! instead of a directory: one replica, the holder of a Lease, orders and renews (every write
 //! fenced by its round, `tls_k8s::store`); every replica serves each certificate from its
-//! Secret (labelled [`CERTIFICATE_LABEL`]) and answers the CA's challenges (TLS-ALPN-01
-//! published in a Secret, HTTP-01 from the account's thumbprint, [`THUMBPRINT_ANNOTATION`]).
+//! Secret (labelled `CERTIFICATE_LABEL`) and answers the CA's challenges (TLS-ALPN-01
+//! published in a Secret, HTTP-01 from the account's thumbprint, `THUMBPRINT_ANNOTATION`).
 //! An order in flight is stored before its challenge is answered, so a new leader resumes it.
 
 mod challenge;
