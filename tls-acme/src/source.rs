@@ -1058,9 +1058,12 @@ impl Driver {
         let now = store::to_unix(SystemTime::now());
         let week = WEEK.as_secs();
         let spent = budget.entry(domain.clone()).or_default();
-        spent.retain(|t| t + week > now);
+        spent.retain(|t| t.saturating_add(week) > now);
         if spent.len() >= usize::try_from(self.per_week).unwrap_or(usize::MAX) {
-            let until = spent.iter().min().map_or(now + week, |t| t + week);
+            let until = spent
+                .iter()
+                .min()
+                .map_or(now + week, |t| t.saturating_add(week));
             return Err(Error::RateLimited {
                 name: name.to_owned(),
                 until: store::from_unix(until),

@@ -76,8 +76,11 @@ pub(crate) fn to_unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
+/// The time `secs` after the epoch, read from stored state (a file, a Secret another replica
+/// wrote): a value past the year 9999 reads as the end of 9999, never an overflow.
 pub(crate) fn from_unix(secs: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(secs)
+    const END_OF_9999: u64 = 253_402_300_799;
+    UNIX_EPOCH + Duration::from_secs(secs.min(END_OF_9999))
 }
 
 /// The directory name of a certificate named by its first name.
@@ -338,5 +341,20 @@ impl DirStore {
             &[("schedule.json", &json, 0o644)],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_times_far_past_or_beyond_9999_read_without_overflow() {
+        assert_eq!(from_unix(0), UNIX_EPOCH);
+        let end = from_unix(u64::MAX);
+        assert_eq!(to_unix(end), 253_402_300_799, "clamped to the end of 9999");
+        // A time before the epoch (a certificate from 1950) is stored as 0, not a panic.
+        let y1950 = UNIX_EPOCH - Duration::from_secs(20 * 365 * 86_400);
+        assert_eq!(to_unix(y1950), 0);
     }
 }
