@@ -279,7 +279,9 @@ impl AcmeBuilder {
     }
 
     /// The pause between the first orders of successive certificates at start (a CA sees a
-    /// ramp, not a burst). Default: 200 ms.
+    /// ramp, not a burst). Only the certificates to order at start are spaced: one stored
+    /// that still fits does not delay the next, so a name added to many stored ones, or the
+    /// rest after a failover, is ordered at once. Default: 200 ms.
     pub fn stagger(mut self, stagger: Duration) -> Self {
         self.stagger = stagger;
         self
@@ -658,19 +660,21 @@ impl Driver {
         let _ = tx.send(Ok(Keyed::listed()));
         let account = self.account().await;
         let this = self;
-        let loops = self
-            .groups
-            .iter()
-            .zip(held)
-            .enumerate()
-            .map(|(i, (group, held))| {
-                let tx = tx.clone();
-                let account = account.clone();
-                let start = this
-                    .stagger
-                    .saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
-                async move { this.keep(&account, group, held, start, &tx).await }
-            });
+        // The staggered start spaces the names to order now (nothing stored, or due): one
+        // that is stored and fits does not delay the others (after a failover, most).
+        let mut to_order = 0u32;
+        let now = SystemTime::now();
+        let loops = self.groups.iter().zip(held).map(|(group, held)| {
+            let tx = tx.clone();
+            let account = account.clone();
+            let start = if held.as_ref().is_none_or(|h| two_thirds(h) <= now) {
+                to_order = to_order.saturating_add(1);
+                this.stagger.saturating_mul(to_order - 1)
+            } else {
+                Duration::ZERO
+            };
+            async move { this.keep(&account, group, held, start, &tx).await }
+        });
         futures::future::join_all(loops).await;
     }
 

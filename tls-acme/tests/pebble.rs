@@ -404,6 +404,46 @@ async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
 
 /// The port of a server just dropped, once its listener is closed (the accept task ends
 /// asynchronously).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let stored = ["a.example.com", "b.example.com"];
+    let mut builder = client(&pebble, state.path());
+    for name in stored {
+        builder = builder.name(name);
+    }
+    let server = Server::start(builder, listener);
+    server.until("both names issued", all_valid).await;
+    let addr = server.addr;
+    drop(server);
+
+    // Restarted with a third name and a stagger of an hour: the staggered start spaces the
+    // names to order, and the two stored ones are not among them, so the new one goes first.
+    let mut builder = client(&pebble, state.path()).stagger(Duration::from_secs(3600));
+    for name in stored.into_iter().chain(["c.example.com"]) {
+        builder = builder.name(name);
+    }
+    let server = Server::start(builder, rebind(addr).await);
+    server.until("the new name issued", all_valid).await;
+    let root = pebble.issuing_root().await;
+    assert_served(
+        server.addr,
+        &["a.example.com", "b.example.com", "c.example.com"],
+        &root,
+    )
+    .await;
+    assert_eq!(
+        pebble.orders(),
+        3,
+        "the stored names were not ordered again"
+    );
+}
+
 async fn rebind(addr: SocketAddr) -> TcpListener {
     tokio::time::timeout(PATIENCE, async {
         loop {
