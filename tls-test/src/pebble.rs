@@ -434,6 +434,8 @@ struct Faults {
     damage_next_certificate: bool,
     orders_replacing: usize,
     renewal_info_requests: usize,
+    /// Every request the layer answered or forwarded.
+    requests: usize,
     /// The next request whose path starts with this is held: never answered (and, unless
     /// the flag says it is forwarded first, never forwarded).
     hold: Option<(String, bool)>,
@@ -591,6 +593,12 @@ impl AcmeLayer {
         self.faults().renewal_info_requests
     }
 
+    /// Every request that reached the layer so far (the directory, nonces, orders, polls):
+    /// what a client costs the CA.
+    pub fn requests(&self) -> usize {
+        self.faults().requests
+    }
+
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
         self.faults.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -619,6 +627,7 @@ impl Forward {
             .map(http_body_util::Collected::to_bytes)
             .unwrap_or_default();
         let path = parts.uri.path().to_owned();
+        self.faults().requests += 1;
         let host = parts
             .headers
             .get(hyper::header::HOST)
