@@ -52,6 +52,9 @@ pub const STATE_LABEL: &str = "tls-rotation.io/acme-state";
 pub const THUMBPRINT_ANNOTATION: &str = "tls-rotation.io/acme-thumbprint";
 /// The annotation on the account Secret with the account's URL.
 pub const ACCOUNT_ANNOTATION: &str = "tls-rotation.io/acme-account";
+/// The annotation on the account Secret saying when and why it replaced an account that was
+/// gone while certificates were stored ([`AcmeStatus::account_replaced`](crate::AcmeStatus)).
+pub const REPLACED_ANNOTATION: &str = "tls-rotation.io/acme-account-replaced";
 
 /// How the fleet is reached and elected.
 #[derive(Clone)]
@@ -220,19 +223,28 @@ impl KubeStore {
         &self,
         directory: &str,
         credentials: &AccountCredentials,
-        account_url: &str,
-        thumbprint: &str,
+        (account_url, thumbprint): (&str, &str),
+        replaced: Option<&str>,
     ) -> Result<(), Error> {
         let json = serde_json::to_vec(credentials).map_err(|e| Error::Config(e.to_string()))?;
         let data = BTreeMap::from([
             (ACCOUNT_JSON.to_owned(), json),
             (DIRECTORY.to_owned(), directory.as_bytes().to_vec()),
         ]);
-        let annotations = BTreeMap::from([
+        let mut annotations = BTreeMap::from([
             (THUMBPRINT_ANNOTATION.to_owned(), thumbprint.to_owned()),
             (ACCOUNT_ANNOTATION.to_owned(), account_url.to_owned()),
         ]);
+        if let Some(why) = replaced {
+            annotations.insert(REPLACED_ANNOTATION.to_owned(), why.to_owned());
+        }
         self.write(&self.account, &data, &annotations).await
+    }
+
+    pub(crate) async fn account_replaced(&self) -> Result<Option<String>, Error> {
+        Ok(Self::read(&self.account)
+            .await?
+            .and_then(|stored| stored.annotations.get(REPLACED_ANNOTATION).cloned()))
     }
 
     fn certificate(&self, name: &str) -> FencedSecret {
@@ -571,8 +583,12 @@ async fn watch_state(
                 .write()
                 .unwrap_or_else(PoisonError::into_inner) = thumbprint;
             let url = stored.annotations.get(ACCOUNT_ANNOTATION).cloned();
+            let replaced = stored.annotations.get(REPLACED_ANNOTATION).cloned();
             if !leadership.borrow().leading {
-                driver.status.send_modify(|s| s.account = url);
+                driver.status.send_modify(|s| {
+                    s.account = url;
+                    s.account_replaced = replaced;
+                });
             }
         } else if name == challenges {
             for (identifier, digest) in &stored.data {

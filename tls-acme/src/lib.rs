@@ -68,7 +68,9 @@ mod store;
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};
 pub use error::Error;
 #[cfg(feature = "k8s")]
-pub use fleet::{ACCOUNT_ANNOTATION, CERTIFICATE_LABEL, STATE_LABEL, THUMBPRINT_ANNOTATION};
+pub use fleet::{
+    ACCOUNT_ANNOTATION, CERTIFICATE_LABEL, REPLACED_ANNOTATION, STATE_LABEL, THUMBPRINT_ANNOTATION,
+};
 #[cfg(feature = "k8s")]
 pub use source::DEFAULT_CHALLENGE_PROPAGATION;
 pub use source::{

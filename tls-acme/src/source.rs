@@ -482,6 +482,7 @@ impl AcmeBuilder {
             stagger: self.stagger,
             per_week: self.per_week,
             budget: tokio::sync::Mutex::new(None),
+            budget_stored: tokio::sync::Mutex::new(0),
             challenges: Arc::clone(&challenges),
             thumbprint,
             status: status_tx,
@@ -594,7 +595,10 @@ pub(crate) struct Driver {
     stagger: Duration,
     per_week: u32,
     /// First orders per registered domain (loaded from the store on first use).
-    budget: tokio::sync::Mutex<Option<std::collections::BTreeMap<String, Vec<u64>>>>,
+    budget: tokio::sync::Mutex<Option<Budget>>,
+    /// The latest budget version stored (writers of the budget queue here, and one write
+    /// covers every spend made before it: a group commit).
+    budget_stored: tokio::sync::Mutex<u64>,
     pub(crate) challenges: Arc<Challenges>,
     pub(crate) thumbprint: Arc<RwLock<Option<String>>>,
     pub(crate) status: watch::Sender<AcmeStatus>,
@@ -610,6 +614,14 @@ struct Held {
     leaf: CertificateDer<'static>,
     not_before: SystemTime,
     not_after: SystemTime,
+}
+
+/// First orders per registered domain (seconds since the epoch, the last week's), and a
+/// version counting the spends made in this process.
+#[derive(Default)]
+struct Budget {
+    spent: std::collections::BTreeMap<String, Vec<u64>>,
+    version: u64,
 }
 
 /// A certificate issued and checked.
@@ -658,7 +670,8 @@ impl Driver {
             }
         }
         let _ = tx.send(Ok(Keyed::listed()));
-        let account = self.account().await;
+        let stored = held.iter().filter(|h| h.is_some()).count();
+        let account = self.account(stored).await;
         let this = self;
         // The staggered start spaces the names to order now (nothing stored, or due): one
         // that is stored and fits does not delay the others (after a failover, most).
@@ -696,12 +709,13 @@ impl Driver {
         Ok(Some((issued.bundle, issued.held)))
     }
 
-    /// The account, retried with backoff until it can be used.
-    async fn account(&self) -> Account {
+    /// The account, retried with backoff until it can be used (`stored`: how many
+    /// certificates are stored, which a missing account does not explain).
+    async fn account(&self, stored: usize) -> Account {
         let mut backoff =
             tls_source::Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
         loop {
-            match self.try_account().await {
+            match self.try_account(stored).await {
                 Ok(account) => {
                     *self
                         .thumbprint
@@ -725,7 +739,7 @@ impl Driver {
         }
     }
 
-    async fn try_account(&self) -> Result<Account, Error> {
+    async fn try_account(&self, certificates: usize) -> Result<Account, Error> {
         let stored = self.store.account(&self.directory).await?;
         let had = stored.is_some();
         let http = client::http(
@@ -739,17 +753,36 @@ impl Driver {
             .map(|(id, key)| ExternalAccountKey::new(id.clone(), key));
         let (account, new) =
             client::account(http, &self.directory, &self.contact, eab.as_ref(), stored).await?;
-        if let Some(credentials) = new {
+        let replaced = if let Some(credentials) = new {
+            // Certificates without their account: it was deleted (or the directory changed).
+            let replaced = (certificates > 0).then(|| {
+                format!(
+                    "{}: registered a new account: no account for {} was stored while {certificates} certificate(s) were (deleted, or the directory changed)",
+                    tls_source::clock::Rfc3339(SystemTime::now()),
+                    self.directory
+                )
+            });
             self.store
                 .save_account(
                     &self.directory,
                     &credentials,
-                    account.id(),
-                    account.key_thumbprint(),
+                    (account.id(), account.key_thumbprint()),
+                    replaced.as_deref(),
                 )
                 .await?;
-            tracing::info!(account = account.id(), directory = %self.directory, stored_before = had, "registered a new ACME account");
-        }
+            match &replaced {
+                Some(why) => {
+                    tracing::warn!(account = account.id(), directory = %self.directory, stored_certificates = certificates, "the stored ACME account is missing: {why}");
+                }
+                None => {
+                    tracing::info!(account = account.id(), directory = %self.directory, stored_before = had, "registered a new ACME account");
+                }
+            }
+            replaced
+        } else {
+            self.store.account_replaced().await.unwrap_or_default()
+        };
+        self.status.send_modify(|s| s.account_replaced = replaced);
         Ok(account)
     }
 
@@ -845,7 +878,9 @@ impl Driver {
                         tracing::error!(name = %name, error = %e, "cannot store the new ACME certificate; serving it from memory");
                     }
                     let _ = self.store.forget_order(name).await;
-                    let _ = self.store.save_schedule(name, &Schedule::default()).await;
+                    if !schedule.is_clear() {
+                        let _ = self.store.save_schedule(name, &Schedule::default()).await;
+                    }
                     tracing::info!(name = %name, not_after = %tls_source::clock::Rfc3339(issued.held.not_after), "ACME certificate issued");
                     let _ = tx.send(Ok(Keyed {
                         key: name.clone(),
@@ -1052,34 +1087,57 @@ impl Driver {
 
     /// Takes one first order for `name` from its registered domain's weekly budget, or says
     /// until when it is spent (the CA is not asked).
+    ///
+    /// The spend is stored before this returns (a restart does not forget it), but many spends
+    /// at once share one write: the first waiting writer stores the latest budget, and those
+    /// whose spend it includes return without writing (at start, 100 names cost two writes,
+    /// not 100 in a row).
     async fn spend_budget(&self, name: &str) -> Result<(), Error> {
         let domain = registered_domain(name);
-        let mut guard = self.budget.lock().await;
-        if guard.is_none() {
-            *guard = Some(self.store.budget().await?);
+        let version = {
+            let mut guard = self.budget.lock().await;
+            if guard.is_none() {
+                *guard = Some(Budget {
+                    spent: self.store.budget().await?,
+                    version: 0,
+                });
+            }
+            let budget = guard.get_or_insert_with(Budget::default);
+            let now = store::to_unix(SystemTime::now());
+            let week = WEEK.as_secs();
+            let spent = budget.spent.entry(domain.clone()).or_default();
+            spent.retain(|t| t.saturating_add(week) > now);
+            if spent.len() >= usize::try_from(self.per_week).unwrap_or(usize::MAX) {
+                let until = spent
+                    .iter()
+                    .min()
+                    .map_or(now + week, |t| t.saturating_add(week));
+                return Err(Error::RateLimited {
+                    name: name.to_owned(),
+                    until: store::from_unix(until),
+                    reason: format!(
+                        "the budget of {} new certificates a week for {domain} is spent (new_certificates_per_week)",
+                        self.per_week
+                    ),
+                });
+            }
+            spent.push(now);
+            budget.spent.retain(|_, spent| !spent.is_empty());
+            budget.version += 1;
+            budget.version
+        };
+        let mut stored = self.budget_stored.lock().await;
+        if *stored >= version {
+            return Ok(());
         }
-        let budget = guard.get_or_insert_with(Default::default);
-        let now = store::to_unix(SystemTime::now());
-        let week = WEEK.as_secs();
-        let spent = budget.entry(domain.clone()).or_default();
-        spent.retain(|t| t.saturating_add(week) > now);
-        if spent.len() >= usize::try_from(self.per_week).unwrap_or(usize::MAX) {
-            let until = spent
-                .iter()
-                .min()
-                .map_or(now + week, |t| t.saturating_add(week));
-            return Err(Error::RateLimited {
-                name: name.to_owned(),
-                until: store::from_unix(until),
-                reason: format!(
-                    "the budget of {} new certificates a week for {domain} is spent (new_certificates_per_week)",
-                    self.per_week
-                ),
-            });
-        }
-        spent.push(now);
-        budget.retain(|_, spent| !spent.is_empty());
-        self.store.save_budget(budget).await
+        let (latest, version) = {
+            let guard = self.budget.lock().await;
+            let budget = guard.as_ref().expect("loaded above");
+            (budget.spent.clone(), budget.version)
+        };
+        self.store.save_budget(&latest).await?;
+        *stored = version;
+        Ok(())
     }
 
     /// Answers every pending authorization of `order` with the configured challenge.

@@ -18,6 +18,11 @@ pub struct AcmeStatus {
     /// Why the account could not be used, while it cannot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub account_error: Option<String>,
+    /// Set when a new account was registered although certificates were stored: the stored
+    /// account was gone (its Secret or file deleted) or was for another directory. Says when
+    /// and why; kept with the new account, so it stays until the next replacement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account_replaced: Option<String>,
     /// Each certificate, by its first name.
     pub names: BTreeMap<String, NameStatus>,
 }

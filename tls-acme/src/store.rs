@@ -66,7 +66,6 @@ pub(crate) struct Schedule {
 
 impl Schedule {
     /// Nothing to wait for, nothing failed: what a name with a fresh certificate has.
-    #[cfg(feature = "k8s")]
     pub(crate) fn is_clear(&self) -> bool {
         self.retry_at.is_none() && self.failures == 0 && !self.failed && self.last_error.is_none()
     }
@@ -88,15 +87,34 @@ pub(crate) fn dir_name(name: &str) -> String {
     name.replace('*', "_")
 }
 
-/// Forwards each call to the store in use.
+/// Forwards each call to the store in use: the directory's (blocking file I/O, each write
+/// synced to disk) on tokio's blocking threads, so a server on the same runtime never waits
+/// behind it; its arguments are owned copies (`ToOwned`).
 macro_rules! each {
-    ($self:ident, $store:ident => $call:expr) => {
+    ($self:ident, $store:ident => $method:ident($($arg:ident),*)) => {
         match $self {
-            Store::Dir($store) => $call,
+            Store::Dir($store) => {
+                let $store = $store.clone();
+                $(let $arg = $arg.to_owned();)*
+                blocking(&$store.root.clone(), move || $store.$method($(&$arg),*)).await
+            }
             #[cfg(feature = "k8s")]
-            Store::Kube($store) => $call.await,
+            Store::Kube($store) => $store.$method($($arg),*).await,
         }
     };
+}
+
+/// Runs `f` on tokio's blocking threads.
+async fn blocking<T: Send + 'static>(
+    root: &Path,
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::State {
+            path: root.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?
 }
 
 impl Store {
@@ -104,32 +122,45 @@ impl Store {
         &self,
         directory: &str,
     ) -> Result<Option<AccountCredentials>, Error> {
-        each!(self, s => s.account(directory))
+        each!(self, s => account(directory))
     }
 
-    /// Stores the account; `thumbprint` (its key's, public) lets every replica answer HTTP-01.
+    /// Stores the account; `(url, thumbprint)` (its key's, public) lets every replica answer
+    /// HTTP-01; `replaced` says why it replaced one that was gone.
     pub(crate) async fn save_account(
         &self,
         directory: &str,
         credentials: &AccountCredentials,
-        account_url: &str,
-        thumbprint: &str,
+        (account_url, thumbprint): (&str, &str),
+        replaced: Option<&str>,
     ) -> Result<(), Error> {
         match self {
             Store::Dir(s) => {
                 let _ = (account_url, thumbprint);
-                s.save_account(directory, credentials)
+                let (s, directory) = (s.clone(), directory.to_owned());
+                let json =
+                    serde_json::to_vec(credentials).map_err(|e| Error::Config(e.to_string()))?;
+                let replaced = replaced.map(str::to_owned);
+                blocking(&s.root.clone(), move || {
+                    s.save_account(&directory, &json, replaced.as_deref())
+                })
+                .await
             }
             #[cfg(feature = "k8s")]
             Store::Kube(s) => {
-                s.save_account(directory, credentials, account_url, thumbprint)
+                s.save_account(directory, credentials, (account_url, thumbprint), replaced)
                     .await
             }
         }
     }
 
+    /// Why the stored account replaced one that was gone, if it did.
+    pub(crate) async fn account_replaced(&self) -> Result<Option<String>, Error> {
+        each!(self, s => account_replaced())
+    }
+
     pub(crate) async fn cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
-        each!(self, s => s.cert(name))
+        each!(self, s => cert(name))
     }
 
     pub(crate) async fn save_cert(
@@ -138,11 +169,11 @@ impl Store {
         chain_pem: &[u8],
         key_pem: &[u8],
     ) -> Result<(), Error> {
-        each!(self, s => s.save_cert(name, chain_pem, key_pem))
+        each!(self, s => save_cert(name, chain_pem, key_pem))
     }
 
     pub(crate) async fn order(&self, name: &str) -> Result<Option<(InFlight, Vec<u8>)>, Error> {
-        each!(self, s => s.order(name))
+        each!(self, s => order(name))
     }
 
     pub(crate) async fn save_order(
@@ -151,30 +182,30 @@ impl Store {
         order: &InFlight,
         key_pem: &[u8],
     ) -> Result<(), Error> {
-        each!(self, s => s.save_order(name, order, key_pem))
+        each!(self, s => save_order(name, order, key_pem))
     }
 
     pub(crate) async fn forget_order(&self, name: &str) -> Result<(), Error> {
-        each!(self, s => s.forget_order(name))
+        each!(self, s => forget_order(name))
     }
 
     pub(crate) async fn schedule(&self, name: &str) -> Result<Schedule, Error> {
-        each!(self, s => s.schedule(name))
+        each!(self, s => schedule(name))
     }
 
     pub(crate) async fn save_schedule(&self, name: &str, schedule: &Schedule) -> Result<(), Error> {
-        each!(self, s => s.save_schedule(name, schedule))
+        each!(self, s => save_schedule(name, schedule))
     }
 
     pub(crate) async fn budget(&self) -> Result<BTreeMap<String, Vec<u64>>, Error> {
-        each!(self, s => s.budget())
+        each!(self, s => budget())
     }
 
     pub(crate) async fn save_budget(
         &self,
         budget: &BTreeMap<String, Vec<u64>>,
     ) -> Result<(), Error> {
-        each!(self, s => s.save_budget(budget))
+        each!(self, s => save_budget(budget))
     }
 
     /// Publishes a TLS-ALPN-01 challenge for the other replicas (a fleet's); the directory
@@ -234,17 +265,23 @@ impl DirStore {
     pub(crate) fn save_account(
         &self,
         directory: &str,
-        credentials: &AccountCredentials,
+        json: &[u8],
+        replaced: Option<&str>,
     ) -> Result<(), Error> {
-        let json = serde_json::to_vec(credentials).map_err(|e| Error::Config(e.to_string()))?;
-        layout::write_set(
-            &self.root.join("account"),
-            &[
-                ("account.json", &json, 0o600),
-                ("directory", directory.as_bytes(), 0o644),
-            ],
-        )?;
+        let mut files = vec![
+            ("account.json", json, 0o600),
+            ("directory", directory.as_bytes(), 0o644),
+        ];
+        if let Some(why) = replaced {
+            files.push(("replaced", why.as_bytes(), 0o644));
+        }
+        layout::write_set(&self.root.join("account"), &files)?;
         Ok(())
+    }
+
+    pub(crate) fn account_replaced(&self) -> Result<Option<String>, Error> {
+        Ok(layout::read(&self.root.join("account"), "replaced")?
+            .map(|why| String::from_utf8_lossy(&why).into_owned()))
     }
 
     pub(crate) fn cert_dir(&self, name: &str) -> PathBuf {

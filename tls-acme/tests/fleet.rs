@@ -259,3 +259,47 @@ async fn a_leader_killed_before_storing_the_url_the_ca_answered_costs_one_more_o
     };
     assert_eq!(orders, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_account_secret_deleted_is_registered_again_by_the_next_leader_and_every_status_says_so()
+{
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let name = "e.example.com";
+    pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
+    let api = KubeApi::start().await;
+    let directory = pebble.directory_url();
+    let [leader, b, c] = fleet(&api, (&pebble, &directory), port, &[name]).await;
+    let first = b.server.until("issued", all_valid).await;
+    assert!(first.account.is_some() && first.account_replaced.is_none());
+
+    assert!(api.delete("secrets", "default", "web-acme-account"));
+    leader.kill();
+    let mut replaced = Vec::new();
+    for replica in [&b, &c] {
+        let status = replica
+            .server
+            .until("the account replaced", |s| {
+                s.account_replaced.is_some() && s.account.is_some() && s.account != first.account
+            })
+            .await;
+        replaced.push(status.account_replaced.unwrap());
+    }
+    assert_eq!(
+        replaced[0], replaced[1],
+        "the leader's note, read by the other"
+    );
+    assert!(replaced[0].contains("1 certificate"), "{}", replaced[0]);
+    let account = secret(&api, "web-acme-account").expect("a new account Secret");
+    assert_eq!(
+        account["metadata"]["annotations"][tls_acme::REPLACED_ANNOTATION],
+        replaced[0].as_str()
+    );
+    let root = pebble.issuing_root().await;
+    for replica in [&b, &c] {
+        assert_served(replica.server.addr, &[name], &root).await;
+    }
+    assert_eq!(pebble.orders(), 1, "the stored certificate was kept");
+}

@@ -444,6 +444,60 @@ async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_is_reordered() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let start = |listener| {
+        Server::start(
+            client(&pebble, state.path()).name("a.example.com"),
+            listener,
+        )
+    };
+    let server = start(listener);
+    let first = server.until("issued", all_valid).await;
+    assert!(
+        first.account_replaced.is_none(),
+        "a first start replaces nothing"
+    );
+    let addr = server.addr;
+    drop(server);
+
+    // The account deleted, the certificate kept.
+    std::fs::remove_dir_all(state.path().join("account")).unwrap();
+    let server = start(rebind(addr).await);
+    let status = server
+        .until("a new account", |s| {
+            s.account.is_some() && s.account != first.account
+        })
+        .await;
+    let why = status
+        .account_replaced
+        .clone()
+        .expect("the status says the account was replaced");
+    assert!(why.contains("1 certificate"), "{why}");
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["account_replaced"], why.as_str());
+    let root = pebble.issuing_root().await;
+    assert_served(server.addr, &["a.example.com"], &root).await;
+    assert_eq!(
+        pebble.orders(),
+        1,
+        "the stored certificate still fits: nothing ordered"
+    );
+    drop(server);
+
+    // It stays said after another restart, with the same account.
+    let server = start(rebind(addr).await);
+    let again = server.until("the account", |s| s.account.is_some()).await;
+    assert_eq!(again.account, status.account);
+    assert_eq!(again.account_replaced.as_deref(), Some(why.as_str()));
+}
+
 async fn rebind(addr: SocketAddr) -> TcpListener {
     tokio::time::timeout(PATIENCE, async {
         loop {
