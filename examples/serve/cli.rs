@@ -418,6 +418,9 @@ impl Cli {
             if self.k8s_secret.is_some() {
                 return Err("--k8s-shared with --acme-directory cannot be combined with --k8s-secret (give the default certificate with --cert)".into());
             }
+            if seal.served_key {
+                return Err("--seal-served-key does not go with --acme-directory: the certificates' Secrets are kubernetes.io/tls Secrets every replica serves through one label-selector watch, which reads a plain tls.key (--seal-key seals the ACME account and the orders' keys)".into());
+            }
             if self.self_signed_dir.is_some() || self.self_signed_ca {
                 return Err("--self-signed-dir and --self-signed-ca do not go with --acme-directory and --k8s-shared: the self-signed default is kept in memory".into());
             }
@@ -1241,6 +1244,23 @@ mod tests {
             ],
             "--acme-state",
             "does not go with --k8s-shared",
+        );
+        refused(
+            &[
+                "--acme-directory",
+                DIRECTORY,
+                "--acme-domain",
+                "a.example.com",
+                "--k8s-shared",
+                "default/web",
+                "--identity",
+                "pod-0",
+                "--seal-key",
+                "/keys/seal.key",
+                "--seal-served-key",
+            ],
+            "--seal-served-key",
+            "label-selector watch",
         );
         refused(
             &[

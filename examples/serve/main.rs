@@ -43,7 +43,11 @@
 //!   is stored serves, writes nothing and does not lead. Unsealed state is refused unless
 //!   `--seal-adopt-unsealed` (once, to migrate); `--seal-served-key` seals the served Secret's
 //!   `tls.key` too (with `--k8s-secret`, `--seal-key` opens one). The status JSON gains
-//!   `seal`: `{"key_ids": […], "state": "open"|"refused"|"unknown", "reason": …}`.
+//!   `seal`: `{"key_ids": […], "state": "open"|"refused"|"unknown", "reason": …}`. With
+//!   `--acme-directory` and `--k8s-shared`, `--seal-key` seals the ACME account and the keys of
+//!   orders in flight (a replica that cannot open them says so in `acme.account_error`);
+//!   `--seal-served-key` is refused there (the certificates' Secrets are served by a
+//!   label-selector watch that reads plain `tls.key`s).
 //! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
 //!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
 //!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
@@ -60,7 +64,8 @@
 //!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
 //!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
-//!   "failed", "not_after": …, "renew_after": …, "retry_at": …, "last_error": …}}}`. With
+//!   "failed", "not_after": …, "renew_after": …, "retry_at": …, "last_error": …}}}`, with
+//!   `account_error` and `account_replaced` when there is something to say. With
 //!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
 //!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
@@ -183,7 +188,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         builder = builder.routes(source);
     }
     let acme = match &args.acme {
-        Some(options) => Some(acme(options).await?),
+        Some(options) => Some(acme(options, seal(&args.seal)?).await?),
         None => None,
     };
     // ACME for a fleet: its Lease is the status's `leader`, released on the way out.
@@ -386,8 +391,9 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
     }
 }
 
-/// The ACME client of `--acme-directory` (checked when the flags were).
-async fn acme(options: &AcmeArgs) -> anyhow::Result<tls_acme::Acme> {
+/// The ACME client of `--acme-directory` (checked when the flags were); a fleet's account
+/// and order keys sealed with `seal` (`--seal-key`).
+async fn acme(options: &AcmeArgs, seal: Option<Arc<dyn Seal>>) -> anyhow::Result<tls_acme::Acme> {
     let mut builder = tls_acme::Acme::builder(&options.directory).challenge(options.challenge);
     builder = match &options.state {
         AcmeState::Dir(dir) => builder.state_dir(dir),
@@ -397,7 +403,10 @@ async fn acme(options: &AcmeArgs) -> anyhow::Result<tls_acme::Acme> {
             lease,
             identity,
         } => {
-            let builder = builder.kubernetes(kube_client().await?, namespace, name, identity);
+            let mut builder = builder.kubernetes(kube_client().await?, namespace, name, identity);
+            if let Some(seal) = seal {
+                builder = builder.seal(seal);
+            }
             match lease {
                 Some(lease) => builder.lease(lease),
                 None => builder,

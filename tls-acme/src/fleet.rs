@@ -32,6 +32,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use tls_k8s::Leadership;
+use tls_k8s::seal::{Location, Seal};
 use tls_k8s::store::{Fence, FencedSecret, LeaseLock, Stored, Written};
 use tokio::sync::{Mutex, watch};
 use tokio_util::sync::CancellationToken;
@@ -107,6 +108,8 @@ pub(crate) struct KubeStore {
     state_data: Mutex<Option<BTreeMap<String, Vec<u8>>>>,
     challenge_data: Mutex<Option<BTreeMap<String, Vec<u8>>>>,
     propagation: Duration,
+    /// Seals the account's credentials and the orders' keys.
+    seal: Arc<dyn Seal>,
 }
 
 impl fmt::Debug for KubeStore {
@@ -125,7 +128,13 @@ const BUDGET: &str = "budget.json";
 const STATUS: &str = "status.json";
 
 impl KubeStore {
-    pub(crate) fn new(client: Client, namespace: &str, fleet: &str, propagation: Duration) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        namespace: &str,
+        fleet: &str,
+        propagation: Duration,
+        seal: Arc<dyn Seal>,
+    ) -> Self {
         let labels = BTreeMap::from([(STATE_LABEL.to_owned(), fleet.to_owned())]);
         let opaque = |suffix: &str| {
             FencedSecret::new(client.clone(), namespace, format!("{fleet}-acme-{suffix}"))
@@ -146,12 +155,52 @@ impl KubeStore {
             state_data: Mutex::new(None),
             challenge_data: Mutex::new(None),
             propagation,
+            seal,
         }
+    }
+
+    /// `plaintext` as stored under `key` of `secret`.
+    fn seal_value(
+        &self,
+        secret: &FencedSecret,
+        key: &str,
+        plaintext: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        self.seal
+            .seal(
+                Location::new(&self.namespace, secret.name(), key),
+                plaintext,
+            )
+            .map_err(|e| Error::Kube {
+                secret: secret.id(),
+                reason: format!("cannot seal {key}: {e}"),
+            })
+    }
+
+    /// The value stored under `key` of `secret`, opened; and whether it wants sealing again
+    /// (adopted unsealed, or sealed with a key that no longer seals).
+    fn open_value(
+        &self,
+        secret: &FencedSecret,
+        key: &str,
+        stored: &[u8],
+    ) -> Result<(Vec<u8>, bool), Error> {
+        let opened = self
+            .seal
+            .open(Location::new(&self.namespace, secret.name(), key), stored)
+            .map_err(|e| Error::Kube {
+                secret: secret.id(),
+                reason: e.to_string(),
+            })?;
+        let reseal = opened.needs_reseal();
+        Ok((opened.into_plaintext(), reseal))
     }
 
     /// A new term: its writes carry `fence`, and what the last term cached is read again.
     pub(crate) async fn begin_term(&self, fence: Fence) {
         *self.fence.write().unwrap_or_else(PoisonError::into_inner) = fence;
+        // A key ring's files may have changed (a new sealing key rolled out).
+        self.seal.reload();
         *self.state_data.lock().await = None;
         *self.challenge_data.lock().await = None;
     }
@@ -208,15 +257,28 @@ impl KubeStore {
         if stored.data.get(DIRECTORY).map(Vec::as_slice) != Some(directory.as_bytes()) {
             return Ok(None);
         }
-        let Some(json) = stored.data.get(ACCOUNT_JSON) else {
+        let Some(sealed) = stored.data.get(ACCOUNT_JSON) else {
             return Ok(None);
         };
-        serde_json::from_slice(json)
-            .map(Some)
-            .map_err(|e| Error::Kube {
+        let (json, reseal) = self.open_value(&self.account, ACCOUNT_JSON, sealed)?;
+        let credentials: AccountCredentials =
+            serde_json::from_slice(&json).map_err(|e| Error::Kube {
                 secret: self.account.id(),
                 reason: format!("{ACCOUNT_JSON} is not an ACME account: {e}"),
-            })
+            })?;
+        if reseal {
+            // Only the leader reads the account: store it as the seal stores it now, with
+            // everything else on the Secret as it was.
+            let mut data = stored.data.clone();
+            data.insert(
+                ACCOUNT_JSON.to_owned(),
+                self.seal_value(&self.account, ACCOUNT_JSON, &json)?,
+            );
+            self.write(&self.account, &data, &stored.annotations)
+                .await?;
+            tracing::info!(secret = %self.account.id(), "sealed the stored ACME account again");
+        }
+        Ok(Some(credentials))
     }
 
     pub(crate) async fn save_account(
@@ -228,7 +290,10 @@ impl KubeStore {
     ) -> Result<(), Error> {
         let json = serde_json::to_vec(credentials).map_err(|e| Error::Config(e.to_string()))?;
         let data = BTreeMap::from([
-            (ACCOUNT_JSON.to_owned(), json),
+            (
+                ACCOUNT_JSON.to_owned(),
+                self.seal_value(&self.account, ACCOUNT_JSON, &json)?,
+            ),
             (DIRECTORY.to_owned(), directory.as_bytes().to_vec()),
         ]);
         let mut annotations = BTreeMap::from([
@@ -351,6 +416,8 @@ impl KubeStore {
             secret: self.state.id(),
             reason: format!("order.{d}.json: {e}"),
         })?;
+        // An order in flight is resumed once: it is not sealed again.
+        let (key, _) = self.open_value(&self.state, &format!("order.{d}.key"), &key)?;
         Ok(Some((order, key)))
     }
 
@@ -362,11 +429,10 @@ impl KubeStore {
     ) -> Result<(), Error> {
         let d = dir_name(name);
         let json = serde_json::to_vec(order).map_err(|e| Error::Config(e.to_string()))?;
-        self.set(&[
-            (format!("order.{d}.json"), Some(json)),
-            (format!("order.{d}.key"), Some(key_pem.to_vec())),
-        ])
-        .await
+        let key = format!("order.{d}.key");
+        let sealed = self.seal_value(&self.state, &key, key_pem)?;
+        self.set(&[(format!("order.{d}.json"), Some(json)), (key, Some(sealed))])
+            .await
     }
 
     pub(crate) async fn forget_order(&self, name: &str) -> Result<(), Error> {

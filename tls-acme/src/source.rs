@@ -183,6 +183,7 @@ struct FleetSettings {
     lease: Option<String>,
     timing: Option<(Duration, Duration, Duration)>,
     propagation: Duration,
+    seal: Arc<dyn tls_k8s::seal::Seal>,
 }
 
 /// How long the leader of a fleet waits after publishing a challenge before the CA is told to
@@ -339,6 +340,7 @@ impl AcmeBuilder {
             lease: None,
             timing: None,
             propagation: DEFAULT_CHALLENGE_PROPAGATION,
+            seal: Arc::new(tls_k8s::seal::Plain),
         });
         self
     }
@@ -379,6 +381,39 @@ impl AcmeBuilder {
         self
     }
 
+    /// Seals what only the leader reads: the account's credentials (`account.json` of the
+    /// account Secret) and the new key of each order in flight (in the state Secret), each
+    /// bound to its Secret and key (see `tls_k8s::seal`). Every replica that may lead needs
+    /// the seal. Default: nothing sealed. Only with [`kubernetes`](Self::kubernetes).
+    ///
+    /// The certificates' Secrets stay `kubernetes.io/tls` Secrets with a plain `tls.key`
+    /// (every replica serves them through one label-selector watch, as any other
+    /// `kubernetes.io/tls` Secret). A value stored unsealed while a seal is given is refused
+    /// (the status's `account_error` says so) unless the ring adopts unsealed state
+    /// ([`KeyRing::adopt_unsealed`](tls_k8s::seal::KeyRing::adopt_unsealed)); the leader then
+    /// stores the account sealed.
+    ///
+    /// ```no_run
+    /// # fn f(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use tls_k8s::seal::KeyRing;
+    ///
+    /// let acme = tls_acme::Acme::builder("https://acme-v02.api.letsencrypt.org/directory")
+    ///     .name("example.com")
+    ///     .kubernetes(client, "web", "web", std::env::var("POD_NAME")?)
+    ///     .seal(Arc::new(KeyRing::from_files(["/etc/seal/seal.key"])?))
+    ///     .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    ///     .build()?;
+    /// # drop(acme); Ok(()) }
+    /// ```
+    #[cfg(feature = "k8s")]
+    pub fn seal(mut self, seal: Arc<dyn tls_k8s::seal::Seal>) -> Self {
+        if let Some(fleet) = &mut self.fleet {
+            fleet.seal = seal;
+        }
+        self
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors
@@ -413,6 +448,7 @@ impl AcmeBuilder {
                     &fleet.namespace,
                     &fleet.name,
                     fleet.propagation,
+                    fleet.seal,
                 ));
                 (
                     Store::Kube(kube),

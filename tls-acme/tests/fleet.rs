@@ -14,10 +14,14 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
+
+use base64::Engine as _;
 
 use common::*;
 use tls_acme::Acme;
+use tls_k8s::seal::{KeyRing, Seal, SealKey};
 use tls_test::{Endpoint, KubeApi, Link, PATIENCE, Pebble};
 use tokio::net::TcpListener;
 
@@ -47,6 +51,18 @@ impl Replica {
         port: u16,
         names: &[&str],
     ) -> Self {
+        Self::start_with(api, (pebble, directory), n, port, names, None).await
+    }
+
+    /// Replica `n`, with `seal` sealing the account and the orders' keys.
+    async fn start_with(
+        api: &KubeApi,
+        (pebble, directory): (&Pebble, &str),
+        n: u8,
+        port: u16,
+        names: &[&str],
+        seal: Option<Arc<dyn Seal>>,
+    ) -> Self {
         let id = format!("replica-{n}");
         let endpoint = api.endpoint().await;
         let mut builder = Acme::builder(directory)
@@ -58,6 +74,9 @@ impl Replica {
             .lease_timing(LEASE, RENEW_DEADLINE, RETRY);
         for name in names {
             builder = builder.name(*name);
+        }
+        if let Some(seal) = seal {
+            builder = builder.seal(seal);
         }
         let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, n), port));
         let listener = TcpListener::bind(addr).await.expect("bind");
@@ -302,4 +321,80 @@ async fn an_account_secret_deleted_is_registered_again_by_the_next_leader_and_ev
         assert_served(replica.server.addr, &[name], &root).await;
     }
     assert_eq!(pebble.orders(), 1, "the stored certificate was kept");
+}
+
+/// The value under `key` of the Secret `name`, decoded.
+fn secret_value(api: &KubeApi, name: &str, key: &str) -> Option<Vec<u8>> {
+    let secret = secret(api, name)?;
+    let encoded = secret["data"][key].as_str()?.to_owned();
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_leader_opens_them()
+{
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let name = "s.example.com";
+    pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
+    let layer = pebble.layer().await;
+    // The leader is stopped once its order is stored, the CA not yet told to validate.
+    layer.hold_next("/chalZ/", false);
+    let api = KubeApi::start().await;
+    let root = pebble.issuing_root().await;
+    let directory = layer.directory_url();
+    let ring: Arc<dyn Seal> = Arc::new(KeyRing::from_keys([SealKey::generate().unwrap()]).unwrap());
+    let ca = (&pebble, directory.as_str());
+    let leader = Replica::start_with(&api, ca, 1, port, &[name], Some(Arc::clone(&ring))).await;
+    leader.until_leading().await;
+    let b = Replica::start_with(&api, ca, 2, port, &[name], Some(Arc::clone(&ring))).await;
+    let c = Replica::start_with(&api, ca, 3, port, &[name], Some(Arc::clone(&ring))).await;
+    layer.until_held().await;
+
+    let account = secret_value(&api, "web-acme-account", "account.json").expect("the account");
+    assert!(
+        serde_json::from_slice::<serde_json::Value>(&account).is_err(),
+        "the account's credentials are not stored readable"
+    );
+    let order_key = format!("order.{name}.key");
+    let key = secret_value(&api, "web-acme-state", &order_key).expect("the order's key");
+    assert!(
+        !String::from_utf8_lossy(&key).contains("PRIVATE KEY"),
+        "the order's key is not stored readable"
+    );
+
+    // The next leader opens both: it resumes the stored order with the account.
+    leader.kill();
+    for replica in [&b, &c] {
+        replica
+            .server
+            .until("issued after the failover", all_valid)
+            .await;
+        assert_served(replica.server.addr, &[name], &root).await;
+    }
+    assert_eq!(pebble.orders(), 1, "the sealed order was resumed");
+
+    // A replica without the seal cannot use the account: it says so, and registers nothing.
+    let accounts = pebble.log_matching("POST /sign-me-up");
+    drop((b, c));
+    let plain = Replica::start(&api, ca, 1, port, &[name]).await;
+    let status = plain
+        .server
+        .until("the account refused", |s| s.account_error.is_some())
+        .await;
+    let error = status.account_error.unwrap();
+    assert!(
+        error.contains("account.json") && error.contains("sealed"),
+        "{error}"
+    );
+    assert_eq!(
+        pebble.log_matching("POST /sign-me-up"),
+        accounts,
+        "no new account"
+    );
+    assert_served(plain.server.addr, &[name], &root).await;
 }
