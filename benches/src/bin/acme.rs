@@ -15,8 +15,10 @@
 //! 3. **Requests per minute at steady state**: each replica's requests to the API server, and
 //!    the fleet's to the CA.
 //!
-//! `cargo run --release -p benches --bin acme [-- --runs R] [--window SECS] [--names N,N,..]`
-//! (defaults: 3 runs, a 60 s window, names 1,10,100). Pebble has no rate limits, so the budget
+//! `cargo run --release -p benches --bin acme [-- --runs R] [--window SECS] [--names N,N,..]
+//! [--only start|fleet] [--state-in DIR]` (defaults: 3 runs, a 60 s window, names 1,10,100,
+//! both parts, state directories in the system's temporary directory: give a tmpfs such as
+//! `/dev/shm` to see what the disk's syncs cost). Pebble has no rate limits, so the budget
 //! of first orders (50 a week per registered domain by default) is raised to let 100 names of
 //! one domain through.
 
@@ -55,6 +57,8 @@ const PATIENCE: Duration = Duration::from_secs(300);
 const BUDGET: u32 = 10_000;
 
 struct Args {
+    only: Option<String>,
+    state_in: std::path::PathBuf,
     runs: usize,
     window: Duration,
     names: Vec<usize>,
@@ -62,6 +66,8 @@ struct Args {
 
 fn args() -> Args {
     let mut args = Args {
+        only: None,
+        state_in: std::env::temp_dir(),
         runs: 3,
         window: Duration::from_secs(60),
         names: vec![1, 10, 100],
@@ -70,6 +76,8 @@ fn args() -> Args {
     while let Some(arg) = it.next() {
         let value = it.next().unwrap_or_default();
         match arg.as_str() {
+            "--only" => args.only = Some(value),
+            "--state-in" => args.state_in = value.into(),
             "--runs" => args.runs = value.parse().expect("--runs: a count"),
             "--window" => {
                 args.window = Duration::from_secs(value.parse().expect("--window: seconds"));
@@ -165,6 +173,18 @@ async fn until_served(addr: SocketAddr, names: &[String], root: &CertificateDer<
     }
 }
 
+/// Pebble's TLS-ALPN port on 127.0.0.1, once the last server on it has let it go.
+async fn bind(port: u16) -> TcpListener {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await {
+            Ok(listener) => return listener,
+            Err(e) if Instant::now() > deadline => panic!("Pebble's TLS-ALPN port {port}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
 fn builder(directory: &str, pebble: &Pebble, names: &[String]) -> AcmeBuilder {
     let mut builder = Acme::builder(directory)
         .contact("ops@example.com")
@@ -187,9 +207,7 @@ async fn ours(
 ) -> Duration {
     let (pebble, layer) = ca;
     let root = pebble.issuing_root().await;
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
-        .await
-        .expect("Pebble's TLS-ALPN port");
+    let listener = bind(port).await;
     let start = Instant::now();
     let mut builder = builder(&layer.directory_url(), pebble, names).state_dir(state);
     if let Some(stagger) = stagger {
@@ -220,10 +238,12 @@ impl HttpClient for Https {
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>> {
         let response = self.0.request(req);
         Box::pin(async move {
-            response
-                .await
-                .map(BytesResponse::from)
-                .map_err(|e| instant_acme::Error::Other(Box::new(e)))
+            // As tls-acme's client: a request the CA does not answer in 30 s fails.
+            match tokio::time::timeout(Duration::from_secs(30), response).await {
+                Ok(Ok(response)) => Ok(BytesResponse::from(response)),
+                Ok(Err(e)) => Err(instant_acme::Error::Other(Box::new(e))),
+                Err(_) => Err(instant_acme::Error::Str("the CA did not answer in 30 s")),
+            }
         })
     }
 }
@@ -283,37 +303,42 @@ impl Responder {
 }
 
 /// One name ordered and its certificate downloaded.
-async fn bare_order(account: &Account, responder: &Responder, name: &str) {
+async fn bare_order(
+    account: &Account,
+    responder: &Responder,
+    name: &str,
+) -> Result<(), instant_acme::Error> {
     let mut order = account
         .new_order(&NewOrder::new(&[Identifier::Dns(name.to_owned())]))
-        .await
-        .expect("an order");
+        .await?;
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
-        let mut authorization = authorization.expect("an authorization");
+        let mut authorization = authorization?;
         let mut challenge = authorization
             .challenge(ChallengeType::TlsAlpn01)
             .expect("TLS-ALPN-01 offered");
         let digest = challenge.key_authorization().digest();
         responder.present(name, digest.as_ref());
-        challenge.set_ready().await.expect("the challenge answered");
+        challenge.set_ready().await?;
     }
-    let status = order.poll_ready(&POLL).await.expect("validated");
+    let status = order.poll_ready(&POLL).await?;
     assert_eq!(status, OrderStatus::Ready, "{name}");
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
     let csr = rcgen::CertificateParams::new(vec![name.to_owned()])
         .and_then(|p| p.serialize_request(&key))
         .expect("a CSR");
-    order.finalize_csr(csr.der()).await.expect("finalized");
-    order
-        .poll_certificate(&POLL)
-        .await
-        .expect("the certificate");
+    order.finalize_csr(csr.der()).await?;
+    order.poll_certificate(&POLL).await?;
+    Ok(())
 }
 
 /// Bare instant-acme: a new account, every name ordered at once, until every certificate is
-/// downloaded.
-async fn baseline(ca: (&Pebble, &AcmeLayer), port: u16, names: &[String]) -> Duration {
+/// downloaded; an error if a request failed (the CA did not answer one in 30 s).
+async fn baseline(
+    ca: (&Pebble, &AcmeLayer),
+    port: u16,
+    names: &[String],
+) -> Result<Duration, instant_acme::Error> {
     let (pebble, layer) = ca;
     let responder = Arc::new(Responder::default());
     let mut config = rustls::ServerConfig::builder_with_provider(benches::provider())
@@ -323,9 +348,7 @@ async fn baseline(ca: (&Pebble, &AcmeLayer), port: u16, names: &[String]) -> Dur
         .with_cert_resolver(Arc::clone(&responder) as Arc<dyn ResolvesServerCert>);
     config.alpn_protocols = vec![b"acme-tls/1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
-        .await
-        .expect("Pebble's TLS-ALPN port");
+    let listener = bind(port).await;
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
@@ -349,7 +372,7 @@ async fn baseline(ca: (&Pebble, &AcmeLayer), port: u16, names: &[String]) -> Dur
         )
         .await
         .expect("an account");
-    futures::future::join_all(
+    let done = futures::future::join_all(
         names
             .iter()
             .map(|name| bare_order(&account, &responder, name)),
@@ -357,7 +380,8 @@ async fn baseline(ca: (&Pebble, &AcmeLayer), port: u16, names: &[String]) -> Dur
     .await;
     let took = start.elapsed();
     task.abort();
-    took
+    done.into_iter().collect::<Result<Vec<()>, _>>()?;
+    Ok(took)
 }
 
 /// Phase 1: start to every name served, against the baseline, `runs` times per count.
@@ -377,11 +401,25 @@ async fn start_to_served(args: &Args) {
                     .map(|i| format!("n{i}.{tag}{run}.n{n}.example.com"))
                     .collect()
             };
-            let before = layer.requests();
-            bare.push(baseline(ca, port, &names("bare")).await);
-            bare_requests.push(layer.requests() - before);
+            // Pebble (2.4) now and then leaves some of 100 simultaneous requests unanswered:
+            // such a baseline run fails after 30 s and is run again on new names (said).
+            for attempt in 0.. {
+                let before = layer.requests();
+                match baseline(ca, port, &names(&format!("bare{attempt}x"))).await {
+                    Ok(took) => {
+                        bare.push(took);
+                        bare_requests.push(layer.requests() - before);
+                        break;
+                    }
+                    Err(e) if attempt < 3 => {
+                        println!("  (a baseline run failed, run again: {e})");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => panic!("the baseline failed four times: {e}"),
+                }
+            }
 
-            let state = tempfile::tempdir().expect("a state directory");
+            let state = tempfile::tempdir_in(&args.state_in).expect("a state directory");
             let before = layer.requests();
             let ours_names = names("quick");
             quick.push(ours(ca, port, &ours_names, Some(Duration::ZERO), state.path()).await);
@@ -390,7 +428,7 @@ async fn start_to_served(args: &Args) {
             restarted.push(ours(ca, port, &ours_names, None, state.path()).await);
             assert_eq!(pebble.orders(), orders, "a restart ordered nothing");
 
-            let state = tempfile::tempdir().expect("a state directory");
+            let state = tempfile::tempdir_in(&args.state_in).expect("a state directory");
             staggered.push(ours(ca, port, &names("staggered"), None, state.path()).await);
         }
         let show = |v: &[Duration]| {
@@ -427,10 +465,7 @@ async fn start_to_served(args: &Args) {
             "  ours restarted on its stored state (0 orders): {}",
             show(&restarted)
         );
-        println!(
-            "  requests to the CA per run: bare {:?}, ours {:?}",
-            bare_requests, our_requests
-        );
+        println!("  requests to the CA per run: bare {bare_requests:?}, ours {our_requests:?}");
     }
 }
 
@@ -670,6 +705,10 @@ async fn fleet(args: &Args) {
 #[tokio::main]
 async fn main() {
     let args = args();
-    start_to_served(&args).await;
-    fleet(&args).await;
+    if args.only.as_deref() != Some("fleet") {
+        start_to_served(&args).await;
+    }
+    if args.only.as_deref() != Some("start") {
+        fleet(&args).await;
+    }
 }
