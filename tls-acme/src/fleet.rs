@@ -268,14 +268,13 @@ impl KubeStore {
             })?;
         if reseal {
             // Only the leader reads the account: store it as the seal stores it now, with
-            // everything else on the Secret as it was.
+            // everything else on the Secret as it was (its annotations are kept).
             let mut data = stored.data.clone();
             data.insert(
                 ACCOUNT_JSON.to_owned(),
                 self.seal_value(&self.account, ACCOUNT_JSON, &json)?,
             );
-            self.write(&self.account, &data, &stored.annotations)
-                .await?;
+            self.write(&self.account, &data, &BTreeMap::new()).await?;
             tracing::info!(secret = %self.account.id(), "sealed the stored ACME account again");
         }
         Ok(Some(credentials))

@@ -398,3 +398,57 @@ async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_
     );
     assert_served(plain.server.addr, &[name], &root).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_given_a_seal_that_adopts_unsealed_state_seals_its_stored_account() {
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let name = "m.example.com";
+    let api = KubeApi::start().await;
+    let directory = pebble.directory_url();
+    let ca = (&pebble, directory.as_str());
+    let plain = Replica::start(&api, ca, 1, port, &[name]).await;
+    let first = plain.server.until("issued unsealed", all_valid).await;
+    let stored = secret_value(&api, "web-acme-account", "account.json").expect("the account");
+    assert!(serde_json::from_slice::<serde_json::Value>(&stored).is_ok());
+    drop(plain);
+
+    // Restarted with a seal that adopts what is stored unsealed (a migration).
+    let ring: Arc<dyn Seal> = Arc::new(
+        KeyRing::from_keys([SealKey::generate().unwrap()])
+            .unwrap()
+            .adopt_unsealed(true),
+    );
+    let sealed = Replica::start_with(&api, ca, 1, port, &[name], Some(ring)).await;
+    sealed.until_leading().await;
+    let status = sealed
+        .server
+        .until("the account loaded", |s| {
+            s.account.is_some() && all_valid(s)
+        })
+        .await;
+    assert_eq!(status.account, first.account, "the same account");
+    // The leader, loading the account, stores it sealed.
+    let sealed_now = || {
+        secret_value(&api, "web-acme-account", "account.json")
+            .is_some_and(|v| serde_json::from_slice::<serde_json::Value>(&v).is_err())
+    };
+    tokio::time::timeout(PATIENCE, async {
+        while !sealed_now() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the account is stored sealed");
+    let status = sealed.server.acme.status().borrow().clone();
+    assert!(status.account_error.is_none(), "{status:#?}");
+    assert_eq!(status.account, first.account, "still the same account");
+    let account = secret(&api, "web-acme-account").expect("the account's Secret");
+    assert!(
+        account["metadata"]["annotations"][tls_acme::THUMBPRINT_ANNOTATION].is_string(),
+        "its annotations kept"
+    );
+    assert_eq!(pebble.orders(), 1);
+}
