@@ -33,6 +33,23 @@ pub fn median(mut times: Vec<Duration>) -> Duration {
     times.get(times.len() / 2).copied().unwrap_or_default()
 }
 
+/// A Lease's timing: its duration, the renew deadline, the retry period.
+pub type Timing = (Duration, Duration, Duration);
+
+/// The fleet binaries' short Lease: 1.5 s, renewed every 200 ms, given up after 1 s.
+pub const SHORT_LEASE: Timing = (
+    Duration::from_millis(1500),
+    Duration::from_millis(1000),
+    Duration::from_millis(200),
+);
+
+/// tls-k8s's default Lease timing (client-go's): 15 s, 10 s, 2 s.
+pub const DEFAULT_LEASE: Timing = (
+    tls_k8s::store::DEFAULT_LEASE_DURATION,
+    tls_k8s::store::DEFAULT_RENEW_DEADLINE,
+    tls_k8s::store::DEFAULT_RETRY_PERIOD,
+);
+
 /// The crypto provider of every bench: ring, as the workspace's tests.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

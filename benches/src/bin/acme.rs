@@ -29,6 +29,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use benches::{DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing};
 use bytes::Bytes;
 use futures::StreamExt as _;
 use instant_acme::{
@@ -500,22 +501,6 @@ async fn start_to_served(args: &Args) {
 
 // ---------------------------------------------------------------------------------------------
 // Phase 2 and 3: a fleet of three.
-
-type Timing = (Duration, Duration, Duration);
-
-/// A 1.5 s lease, renewed every 200 ms, given up after 1 s.
-const SHORT: Timing = (
-    Duration::from_millis(1500),
-    Duration::from_millis(1000),
-    Duration::from_millis(200),
-);
-
-/// tls-k8s's defaults: 15 s, 10 s, 2 s.
-const DEFAULTS: Timing = (
-    tls_k8s::store::DEFAULT_LEASE_DURATION,
-    tls_k8s::store::DEFAULT_RENEW_DEADLINE,
-    tls_k8s::store::DEFAULT_RETRY_PERIOD,
-);
 
 /// Where the fleet is: the API server, the CA (and the layer in front of it that counts
 /// requests), the port every replica serves on, the names.

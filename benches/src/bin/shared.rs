@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use benches::{DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing};
 use tls_k8s::{Leadership, SharedSelfSigned, WriterStats};
 use tls_reload::{Reloader, Status};
 use tls_selfsigned::SelfSigned;
@@ -29,19 +30,6 @@ struct Replica {
     stats: watch::Receiver<WriterStats>,
     reloader: Reloader,
 }
-
-type Timing = (Duration, Duration, Duration);
-
-const SHORT: Timing = (
-    Duration::from_millis(1500),
-    Duration::from_millis(1000),
-    Duration::from_millis(200),
-);
-const DEFAULTS: Timing = (
-    tls_k8s::store::DEFAULT_LEASE_DURATION,
-    tls_k8s::store::DEFAULT_RENEW_DEADLINE,
-    tls_k8s::store::DEFAULT_RETRY_PERIOD,
-);
 
 async fn replica(api: &KubeApi, id: &str, timing: Timing) -> Replica {
     let endpoint = api.endpoint().await;
