@@ -406,15 +406,18 @@ impl Cli {
                 eab_kid: self.acme_eab_kid,
                 eab_key: self.acme_eab_key,
             },
-            self.k8s_shared.is_some(),
+            self.k8s_shared.clone().map(|shared| FleetFlags {
+                shared,
+                lease: self.lease.clone(),
+                identity: self.identity.clone(),
+            }),
         )?;
-        // ACME for a fleet: --k8s-shared names its Secrets; the default certificate (for
-        // names without an ACME one) is --cert's, or the in-memory self-signed one.
-        let mut acme = acme;
-        let mut k8s_shared = self.k8s_shared;
-        if let Some(acme) = &mut acme
-            && let Some((namespace, name)) = k8s_shared.take()
-        {
+        // ACME for a fleet takes --k8s-shared: the default certificate (for names without an
+        // ACME one) is --cert's, or the in-memory self-signed one.
+        let acme_fleet = acme
+            .as_ref()
+            .is_some_and(|a| matches!(a.state, AcmeState::Fleet { .. }));
+        if acme_fleet {
             if self.k8s_secret.is_some() {
                 return Err("--k8s-shared with --acme-directory cannot be combined with --k8s-secret (give the default certificate with --cert)".into());
             }
@@ -424,17 +427,8 @@ impl Cli {
             if self.self_signed_dir.is_some() || self.self_signed_ca {
                 return Err("--self-signed-dir and --self-signed-ca do not go with --acme-directory and --k8s-shared: the self-signed default is kept in memory".into());
             }
-            let identity =
-                self.identity.clone().or_else(default_identity).ok_or(
-                    "--k8s-shared needs --identity (no POD_NAME, no host name)".to_owned(),
-                )?;
-            acme.state = AcmeState::Fleet {
-                namespace,
-                name,
-                lease: self.lease.clone(),
-                identity,
-            };
         }
+        let k8s_shared = if acme_fleet { None } else { self.k8s_shared };
         let self_signed = SelfSignedArgs {
             names: self.name,
             validity: self.self_signed_validity,
@@ -455,10 +449,7 @@ impl Cli {
                         .into(),
                 );
             }
-            let identity = self
-                .identity
-                .or_else(default_identity)
-                .ok_or("--k8s-shared needs --identity (no POD_NAME, no host name)".to_owned())?;
+            let identity = identity(self.identity)?;
             Certs::Shared {
                 namespace,
                 name,
@@ -505,7 +496,7 @@ impl Cli {
     }
 
     /// The `--acme-*` flags, checked together and against what tls-acme accepts.
-    fn acme(flags: AcmeFlags, shared: bool) -> Result<Option<AcmeArgs>, String> {
+    fn acme(flags: AcmeFlags, fleet: Option<FleetFlags>) -> Result<Option<AcmeArgs>, String> {
         let Some(directory) = flags.directory else {
             let given = !flags.domains.is_empty()
                 || flags.email.is_some()
@@ -551,14 +542,18 @@ impl Cli {
             (None, None) => None,
             _ => return Err("--acme-eab-kid and --acme-eab-key go together".into()),
         };
-        let state = match (flags.state, shared) {
-            (Some(_), true) => {
+        let state = match (flags.state, fleet) {
+            (Some(_), Some(_)) => {
                 return Err("--acme-state does not go with --k8s-shared: the fleet's state is kept in its Secrets".into());
             }
-            (Some(dir), false) => AcmeState::Dir(dir),
-            // Filled in by the caller, which knows the fleet.
-            (None, true) => AcmeState::Dir(PathBuf::new()),
-            (None, false) => {
+            (Some(dir), None) => AcmeState::Dir(dir),
+            (None, Some(fleet)) => AcmeState::Fleet {
+                namespace: fleet.shared.0,
+                name: fleet.shared.1,
+                lease: fleet.lease,
+                identity: identity(fleet.identity)?,
+            },
+            (None, None) => {
                 return Err("--acme-directory needs --acme-state DIR (or --k8s-shared NAMESPACE/NAME for a fleet): without it every restart orders every certificate again".into());
             }
         };
@@ -606,6 +601,20 @@ impl Cli {
             eab,
         }))
     }
+}
+
+/// `--k8s-shared` (and its `--lease`, `--identity`) as given, for ACME in a fleet.
+struct FleetFlags {
+    shared: (String, String),
+    lease: Option<String>,
+    identity: Option<String>,
+}
+
+/// This replica's name in a Lease: `--identity`, else `$POD_NAME` or the host name.
+fn identity(given: Option<String>) -> Result<String, String> {
+    given
+        .or_else(default_identity)
+        .ok_or_else(|| "--k8s-shared needs --identity (no POD_NAME, no host name)".to_owned())
 }
 
 /// The `--acme-*` flags as given.
