@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::source::{Driver, Tx};
 use crate::status::StoredNames;
-use crate::store::{InFlight, Schedule, StoredCert, dir_name};
+use crate::store::{InFlight, Schedule, StoredAccount, StoredCert, dir_name};
 
 /// The label on each certificate Secret of the fleet (its value: the fleet's name): what every
 /// replica serves.
@@ -247,10 +247,7 @@ impl KubeStore {
         }
     }
 
-    pub(crate) async fn account(
-        &self,
-        directory: &str,
-    ) -> Result<Option<AccountCredentials>, Error> {
+    pub(crate) async fn account(&self, directory: &str) -> Result<Option<StoredAccount>, Error> {
         let Some(stored) = Self::read(&self.account).await? else {
             return Ok(None);
         };
@@ -277,7 +274,8 @@ impl KubeStore {
             self.write(&self.account, &data, &BTreeMap::new()).await?;
             tracing::info!(secret = %self.account.id(), "sealed the stored ACME account again");
         }
-        Ok(Some(credentials))
+        let replaced = stored.annotations.get(REPLACED_ANNOTATION).cloned();
+        Ok(Some((credentials, replaced)))
     }
 
     pub(crate) async fn save_account(
@@ -303,12 +301,6 @@ impl KubeStore {
             annotations.insert(REPLACED_ANNOTATION.to_owned(), why.to_owned());
         }
         self.write(&self.account, &data, &annotations).await
-    }
-
-    pub(crate) async fn account_replaced(&self) -> Result<Option<String>, Error> {
-        Ok(Self::read(&self.account)
-            .await?
-            .and_then(|stored| stored.annotations.get(REPLACED_ANNOTATION).cloned()))
     }
 
     fn certificate(&self, name: &str) -> FencedSecret {

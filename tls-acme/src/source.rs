@@ -776,7 +776,7 @@ impl Driver {
     }
 
     async fn try_account(&self, certificates: usize) -> Result<Account, Error> {
-        let stored = self.store.account(&self.directory).await?;
+        let (stored, note) = self.store.account(&self.directory).await?.unzip();
         let had = stored.is_some();
         let http = client::http(
             Arc::clone(&self.provider),
@@ -816,7 +816,7 @@ impl Driver {
             }
             replaced
         } else {
-            self.store.account_replaced().await.unwrap_or_default()
+            note.flatten()
         };
         self.status.send_modify(|s| s.account_replaced = replaced);
         Ok(account)

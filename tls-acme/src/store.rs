@@ -22,6 +22,9 @@ use tls_source::layout;
 
 use crate::Error;
 
+/// A stored account: its credentials, and why it replaced one that was gone, if it did.
+pub(crate) type StoredAccount = (AccountCredentials, Option<String>);
+
 /// A stored certificate: the chain's PEM and the key's.
 pub(crate) struct StoredCert {
     pub(crate) chain_pem: Vec<u8>,
@@ -118,10 +121,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Store {
-    pub(crate) async fn account(
-        &self,
-        directory: &str,
-    ) -> Result<Option<AccountCredentials>, Error> {
+    pub(crate) async fn account(&self, directory: &str) -> Result<Option<StoredAccount>, Error> {
         each!(self, s => account(directory))
     }
 
@@ -152,11 +152,6 @@ impl Store {
                     .await
             }
         }
-    }
-
-    /// Why the stored account replaced one that was gone, if it did.
-    pub(crate) async fn account_replaced(&self) -> Result<Option<String>, Error> {
-        each!(self, s => account_replaced())
     }
 
     pub(crate) async fn cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
@@ -253,13 +248,18 @@ impl DirStore {
     }
 
     /// The stored account, if it was made at `directory`.
-    pub(crate) fn account(&self, directory: &str) -> Result<Option<AccountCredentials>, Error> {
+    pub(crate) fn account(&self, directory: &str) -> Result<Option<StoredAccount>, Error> {
         let dir = self.root.join("account");
         let stored_for = layout::read(&dir, "directory")?;
         if stored_for.as_deref() != Some(directory.as_bytes()) {
             return Ok(None);
         }
-        Self::read_json(&dir, "account.json")
+        let Some(credentials) = Self::read_json(&dir, "account.json")? else {
+            return Ok(None);
+        };
+        let replaced =
+            layout::read(&dir, "replaced")?.map(|why| String::from_utf8_lossy(&why).into_owned());
+        Ok(Some((credentials, replaced)))
     }
 
     pub(crate) fn save_account(
@@ -277,11 +277,6 @@ impl DirStore {
         }
         layout::write_set(&self.root.join("account"), &files)?;
         Ok(())
-    }
-
-    pub(crate) fn account_replaced(&self) -> Result<Option<String>, Error> {
-        Ok(layout::read(&self.root.join("account"), "replaced")?
-            .map(|why| String::from_utf8_lossy(&why).into_owned()))
     }
 
     pub(crate) fn cert_dir(&self, name: &str) -> PathBuf {
