@@ -880,7 +880,9 @@ impl Driver {
                     });
                     renew
                 }
-                _ => now + if first { start } else { Duration::ZERO },
+                // A stagger of the user's times many names may be far ahead: saturated.
+                _ if first => tls_source::clock::saturating_add(now, start),
+                _ => now,
             };
             first = false;
             // With ARI, the window is asked again when the CA says (it moves, e.g. ahead of a

@@ -81,8 +81,7 @@ pub(crate) fn to_unix(t: SystemTime) -> u64 {
 /// The time `secs` after the epoch, read from stored state (a file, a Secret another replica
 /// wrote): a value past the year 9999 reads as the end of 9999, never an overflow.
 pub(crate) fn from_unix(secs: u64) -> SystemTime {
-    const END_OF_9999: u64 = 253_402_300_799;
-    UNIX_EPOCH + Duration::from_secs(secs.min(END_OF_9999))
+    tls_source::clock::saturating_add(UNIX_EPOCH, Duration::from_secs(secs))
 }
 
 /// The directory name of a certificate named by its first name.

@@ -498,6 +498,29 @@ async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_i
     assert_eq!(again.account_replaced.as_deref(), Some(why.as_str()));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stagger_too_large_for_the_clock_waits_instead_of_stopping_the_driver() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    // The second name's start is Duration::MAX away: saturated at the end of 9999.
+    let builder = client(&pebble, state.path())
+        .stagger(Duration::MAX)
+        .name("a.example.com")
+        .name("b.example.com");
+    let server = Server::start(builder, listener);
+    let status = server
+        .until("the first name issued", |s| {
+            s.names["a.example.com"].state == NameState::Valid
+        })
+        .await;
+    assert_eq!(status.names["b.example.com"].state, NameState::Ordering);
+    assert_eq!(pebble.orders(), 1);
+}
+
 async fn rebind(addr: SocketAddr) -> TcpListener {
     tokio::time::timeout(PATIENCE, async {
         loop {
