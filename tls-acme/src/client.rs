@@ -86,7 +86,11 @@ fn retry_after(headers: &http::HeaderMap) -> Option<SystemTime> {
         .ok()?
         .trim();
     if let Ok(secs) = value.parse::<u64>() {
-        return Some(SystemTime::now() + Duration::from_secs(secs));
+        // The CA's number: saturated at the end of 9999, never an overflow.
+        return Some(tls_source::clock::saturating_add(
+            SystemTime::now(),
+            Duration::from_secs(secs),
+        ));
     }
     httpdate::parse_http_date(value).ok()
 }
@@ -262,5 +266,25 @@ pub(crate) fn classify(name: &str, e: &instant_acme::Error, retry_after: &RetryA
             name: name.to_owned(),
             reason: chain(other),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(value: &str) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn retry_after_in_seconds_too_large_for_the_clock_reads_as_the_end_of_9999() {
+        let at = retry_after(&header("18446744073709551615")).expect("a time");
+        assert_eq!(at, tls_source::clock::latest());
+        let soon = retry_after(&header("120")).expect("a time");
+        let ahead = soon.duration_since(SystemTime::now()).unwrap();
+        assert!(ahead > Duration::from_secs(100) && ahead <= Duration::from_secs(120));
     }
 }
