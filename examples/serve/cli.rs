@@ -1062,6 +1062,18 @@ mod tests {
 
     const DIRECTORY: &str = "https://acme.example.net/directory";
 
+    /// ACME for a fleet: the flags every fleet case below starts from.
+    const ACME_FLEET: &[&str] = &[
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-domain",
+        "a.example.com",
+        "--k8s-shared",
+        "default/web",
+        "--identity",
+        "pod-0",
+    ];
+
     #[test]
     fn acme_flags_take_their_values_with_tls_alpn_01_by_default() {
         let args = parse(&[
@@ -1256,34 +1268,15 @@ mod tests {
         );
         refused(
             &[
-                "--acme-directory",
-                DIRECTORY,
-                "--acme-domain",
-                "a.example.com",
-                "--k8s-shared",
-                "default/web",
-                "--identity",
-                "pod-0",
-                "--seal-key",
-                "/keys/seal.key",
-                "--seal-served-key",
-            ],
+                ACME_FLEET,
+                &["--seal-key", "/keys/seal.key", "--seal-served-key"],
+            ]
+            .concat(),
             "--seal-served-key",
             "label-selector watch",
         );
         refused(
-            &[
-                "--acme-directory",
-                DIRECTORY,
-                "--acme-domain",
-                "a.example.com",
-                "--k8s-shared",
-                "default/web",
-                "--identity",
-                "pod-0",
-                "--self-signed-dir",
-                "/tmp/x",
-            ],
+            &[ACME_FLEET, &["--self-signed-dir", "/tmp/x"]].concat(),
             "--self-signed-dir",
             "in memory",
         );
