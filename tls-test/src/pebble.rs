@@ -399,19 +399,37 @@ async fn wait_listening(addr: SocketAddr, what: &str) {
     assert!(listening.is_ok(), "{what} did not listen on {addr}");
 }
 
-/// A free loopback TCP port.
-pub fn free_port() -> SocketAddr {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
+/// Whether `port` was not handed out before by this process: a port is free when it is
+/// returned, and taken only later (by a Pebble, a replica), so two tests running at once must
+/// not both be given it.
+fn first_time(port: u16) -> bool {
+    static GIVEN: Mutex<std::collections::BTreeSet<u16>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    GIVEN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(port)
 }
 
-/// A loopback port free for both UDP and TCP (a DNS server listens on both).
+/// A free loopback TCP port, never one this process was given before.
+pub fn free_port() -> SocketAddr {
+    loop {
+        let addr = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        if first_time(addr.port()) {
+            return addr;
+        }
+    }
+}
+
+/// A loopback port free for both UDP and TCP (a DNS server listens on both), never one this
+/// process was given before.
 fn free_udp_and_tcp_port() -> SocketAddr {
     loop {
         let udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free UDP port");
         let addr = udp.local_addr().expect("its address");
-        if TcpListener::bind(addr).is_ok() {
+        if TcpListener::bind(addr).is_ok() && first_time(addr.port()) {
             return addr;
         }
     }
@@ -567,7 +585,8 @@ impl AcmeLayer {
         faults.held = 0;
     }
 
-    /// Waits until the request [`hold_next`](Self::hold_next) named is held.
+    /// Waits until the request [`hold_next`](Self::hold_next) named is held (forwarded ones
+    /// once Pebble has acted on them).
     ///
     /// # Panics
     /// After [`PATIENCE`](crate::PATIENCE) times three without one.
@@ -640,10 +659,7 @@ impl Forward {
         let hold = {
             let mut faults = self.faults();
             match faults.hold.take() {
-                Some((prefix, forward)) if path.starts_with(&prefix) => {
-                    faults.held += 1;
-                    Some(forward)
-                }
+                Some((prefix, forward)) if path.starts_with(&prefix) => Some(forward),
                 other => {
                     faults.hold = other;
                     None
@@ -655,6 +671,9 @@ impl Forward {
                 let request = hyper::Request::from_parts(parts, http_body_util::Full::new(body));
                 let _ = self.forward(request).await;
             }
+            // Held only now: a forwarded request has been acted on by Pebble, so a client
+            // killed from here on cannot take it back.
+            self.faults().held += 1;
             return std::future::pending().await;
         }
         if path == "/order-plz" {
