@@ -23,7 +23,6 @@ use common::*;
 use tls_acme::Acme;
 use tls_k8s::seal::{KeyRing, Seal, SealKey};
 use tls_test::{Endpoint, KubeApi, Link, PATIENCE, Pebble};
-use tokio::net::TcpListener;
 
 /// Test timings: a 1.5 s lease, renewed every 200 ms, given up after 1 s.
 const LEASE: Duration = Duration::from_millis(1500);
@@ -79,7 +78,7 @@ impl Replica {
             builder = builder.seal(seal);
         }
         let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, n), port));
-        let listener = TcpListener::bind(addr).await.expect("bind");
+        let listener = rebind(addr).await;
         Self {
             id,
             endpoint,
@@ -144,7 +143,7 @@ async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_not
         let status = replica.server.until("every name valid", all_valid).await;
         assert_eq!(status.names.len(), 3);
         assert!(status.account.is_some(), "{}: the account", replica.id);
-        assert_served(replica.server.addr, &names, &root).await;
+        until_served(replica.server.addr, &names, &root).await;
     }
     assert!(replicas[0].leading() && !replicas[1].leading() && !replicas[2].leading());
     assert_eq!(pebble.orders(), 3, "one order per name across the fleet");
@@ -223,7 +222,7 @@ async fn leader_killed_at(path: &str, forwarded: bool) -> Option<usize> {
             .server
             .until("the name valid after the failover", all_valid)
             .await;
-        assert_served(replica.server.addr, &[name], &root).await;
+        until_served(replica.server.addr, &[name], &root).await;
     }
     let new_leader = if b.leading() { &b } else { &c };
     assert!(new_leader.leading(), "{path}: one of the survivors leads");
@@ -318,7 +317,7 @@ async fn an_account_secret_deleted_is_registered_again_by_the_next_leader_and_ev
     );
     let root = pebble.issuing_root().await;
     for replica in [&b, &c] {
-        assert_served(replica.server.addr, &[name], &root).await;
+        until_served(replica.server.addr, &[name], &root).await;
     }
     assert_eq!(pebble.orders(), 1, "the stored certificate was kept");
 }
@@ -374,7 +373,7 @@ async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_
             .server
             .until("issued after the failover", all_valid)
             .await;
-        assert_served(replica.server.addr, &[name], &root).await;
+        until_served(replica.server.addr, &[name], &root).await;
     }
     assert_eq!(pebble.orders(), 1, "the sealed order was resumed");
 
@@ -396,7 +395,7 @@ async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_
         accounts,
         "no new account"
     );
-    assert_served(plain.server.addr, &[name], &root).await;
+    until_served(plain.server.addr, &[name], &root).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

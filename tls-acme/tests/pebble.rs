@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -519,19 +519,6 @@ async fn a_stagger_too_large_for_the_clock_waits_instead_of_stopping_the_driver(
         .await;
     assert_eq!(status.names["b.example.com"].state, NameState::Ordering);
     assert_eq!(pebble.orders(), 1);
-}
-
-async fn rebind(addr: SocketAddr) -> TcpListener {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            match TcpListener::bind(addr).await {
-                Ok(listener) => return listener,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    })
-    .await
-    .expect("the port is free again")
 }
 
 fn secs(t: SystemTime) -> u64 {

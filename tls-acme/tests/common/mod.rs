@@ -101,3 +101,36 @@ pub async fn assert_served(addr: SocketAddr, names: &[&str], root: &CertificateD
         assert!(served.chain.len() >= 2, "{name}: leaf and intermediate");
     }
 }
+
+/// Every name is served a chain that verifies against Pebble's root, within
+/// [`PATIENCE`]: for a fleet's replica whose status is the leader's (read from one Secret)
+/// while its certificates arrive through another watch.
+pub async fn until_served(addr: SocketAddr, names: &[&str], root: &CertificateDer<'static>) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    for name in names {
+        loop {
+            match probe_trusting(addr, name, std::slice::from_ref(root)).await {
+                Ok(served) => {
+                    assert!(served.chain.len() >= 2, "{name}: leaf and intermediate");
+                    break;
+                }
+                Err(e) if tokio::time::Instant::now() > deadline => panic!("{name}: {e}"),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+    }
+}
+
+/// Binds `addr` once it is free again (a server just dropped, a connection that used it).
+pub async fn rebind(addr: SocketAddr) -> TcpListener {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => return listener,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("the port is free again")
+}
