@@ -571,13 +571,9 @@ async fn an_estate_of_2000_secrets_is_never_served_wrong_or_refused_while_its_li
     assert!(refused_at_tcp > 0, "the probe began before serve listened");
 }
 
-/// A free port on loopback (bound, then released).
+/// A free port on loopback, never one this process was given before (`tls_test::free_port`).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    tls_test::free_port().port()
 }
 
 #[tokio::test]

@@ -204,11 +204,9 @@ impl Drop for Serve {
     }
 }
 
+/// A free port on loopback, never one this process was given before (`tls_test::free_port`).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    tls_test::free_port().port()
 }
 
 /// The time this machine's CPUs were taken by its host (`steal` in `/proc/stat`): on a virtual
