@@ -90,6 +90,27 @@ async fn an_in_place_write_behind_the_kubelet_links_is_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kubelet_swap_an_in_place_write_into_the_new_generation_is_served() {
+    let ca = TestCa::new("layout after swap");
+    let (a, b, c) = (
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+    );
+    let h = Harness::kube(&a, Mode::Notify).await;
+    let first = fs::canonicalize(h.kube.file("tls.crt")).unwrap();
+    // The swap is served first; the watch moves to the new generation's directory after.
+    write_kube(&h.kube, &b);
+    h.expect_served(&b).await;
+    let cert = fs::canonicalize(h.kube.file("tls.crt")).unwrap();
+    let key = fs::canonicalize(h.kube.file("tls.key")).unwrap();
+    assert_ne!(cert.parent(), first.parent(), "a new generation");
+    overwrite_in_place(&key, c.key_pem.as_bytes()).unwrap();
+    overwrite_in_place(&cert, c.chain_pem.as_bytes()).unwrap();
+    h.expect_served(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_retargeted_into_another_directory_are_followed_there() {
     let ca = TestCa::new("layout links");
     let (a, b, c) = (
