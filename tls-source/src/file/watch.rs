@@ -1,7 +1,7 @@
 //! The notify fast path: which directories to watch as the layout stands, and following it.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, MutexGuard};
@@ -245,17 +245,64 @@ fn is_read_only(kind: &EventKind) -> bool {
 pub(super) struct DirId(u64, u64);
 
 impl DirId {
-    fn of(dir: &Path) -> Option<Self> {
-        let meta = fs::metadata(dir).ok()?;
+    fn of(meta: &fs::Metadata) -> Self {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt as _;
-            Some(Self(meta.dev(), meta.ino()))
+            Self(meta.dev(), meta.ino())
         }
         #[cfg(not(unix))]
         {
             let _ = meta;
-            Some(Self(0, 0))
+            Self(0, 0)
+        }
+    }
+}
+
+/// The file system as one [`targets`] call sees it: each link read and each path stat'ed once
+/// (the certificate and the key share every directory and link on the way, and working the
+/// layout out runs after every rotation).
+#[derive(Default)]
+struct Lookups {
+    links: HashMap<PathBuf, Option<PathBuf>>,
+    meta: HashMap<PathBuf, Option<fs::Metadata>>,
+}
+
+impl Lookups {
+    /// Where the symlink at `path` leads, or `None` when `path` is not a symlink (or missing).
+    fn read_link(&mut self, path: &Path) -> Option<PathBuf> {
+        if let Some(target) = self.links.get(path) {
+            return target.clone();
+        }
+        let target = fs::read_link(path).ok();
+        self.links.insert(path.to_path_buf(), target.clone());
+        target
+    }
+
+    /// `path`'s metadata, following symlinks.
+    fn metadata(&mut self, path: &Path) -> Option<fs::Metadata> {
+        if let Some(meta) = self.meta.get(path) {
+            return meta.clone();
+        }
+        let meta = fs::metadata(path).ok();
+        self.meta.insert(path.to_path_buf(), meta.clone());
+        meta
+    }
+
+    /// `dir`, or while it is missing its nearest existing ancestor, with its identity.
+    fn nearest_existing(&mut self, mut dir: PathBuf) -> Option<(PathBuf, DirId)> {
+        loop {
+            match self.metadata(&dir) {
+                Some(meta) if meta.is_dir() => return Some((dir, DirId::of(&meta))),
+                _ => match dir.parent() {
+                    Some(up) if !up.as_os_str().is_empty() => dir = up.to_path_buf(),
+                    _ => {
+                        let here = PathBuf::from(".");
+                        let meta = self.metadata(&here)?;
+                        return Some((here, DirId::of(&meta)));
+                    }
+                },
+            }
         }
     }
 }
@@ -267,10 +314,10 @@ impl DirId {
 /// into another directory, happen there). With them, the paths whose events matter. Blocking:
 /// run with the read. All paths are absolute, as the events are.
 pub(super) fn targets(config: &Config) -> Targets {
+    let mut lookups = Lookups::default();
     let mut targets = Targets::default();
-    let mut add = |dir: PathBuf| {
-        let dir = nearest_existing(dir);
-        if let Some(id) = DirId::of(&dir) {
+    let mut add = |lookups: &mut Lookups, dir: PathBuf| {
+        if let Some((dir, id)) = lookups.nearest_existing(dir) {
             targets.dirs.insert(dir, id);
         }
     };
@@ -281,15 +328,22 @@ pub(super) fn targets(config: &Config) -> Targets {
     {
         let path = absolute(path);
         let parent = parent_of(&path);
-        if fs::symlink_metadata(&parent).is_ok_and(|m| m.file_type().is_symlink()) {
-            add(parent_of(&parent));
+        if lookups.read_link(&parent).is_some() {
+            add(&mut lookups, parent_of(&parent));
         }
-        add(parent);
-        if let Ok(real) = fs::canonicalize(&path) {
-            add(parent_of(&real));
+        add(&mut lookups, parent);
+        let resolved = resolution(&path, &mut relevant, 0, &mut lookups);
+        // Where the path really leads (what `canonicalize` returns), when it exists: the end of
+        // its resolution, every link on the way followed.
+        let real = if resolved {
+            relevant.last().cloned()
+        } else {
+            fs::canonicalize(&path).ok()
+        };
+        if let Some(real) = real.filter(|real| lookups.metadata(real).is_some()) {
+            add(&mut lookups, parent_of(&real));
             relevant.push(real);
         }
-        resolution(&path, &mut relevant, 0);
     }
     relevant.sort();
     relevant.dedup();
@@ -299,26 +353,38 @@ pub(super) fn targets(config: &Config) -> Targets {
 
 /// Pushes `path` and, if resolving it meets a symlink, every path resolving goes through: the
 /// first symlink on the way and, recursively, the path it leads to (lexically normalised).
-fn resolution(path: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+/// Returns whether the last path pushed is fully resolved: no symlink on it, and no `..` that
+/// only the file system could fold.
+fn resolution(path: &Path, out: &mut Vec<PathBuf>, depth: usize, lookups: &mut Lookups) -> bool {
     // Linux follows at most 40 links in one resolution.
     const MAX_LINKS: usize = 40;
     out.push(path.to_path_buf());
     if depth == MAX_LINKS {
-        return;
+        return false;
     }
     let mut prefix = PathBuf::new();
     let mut components = path.components();
+    let mut folded = true;
     while let Some(component) = components.next() {
         prefix.push(component);
-        if matches!(component, Component::Normal(_))
-            && let Ok(target) = fs::read_link(&prefix)
-        {
-            let base = parent_of(&prefix);
-            let mut next = normalize(&base.join(target));
-            next.push(components.as_path());
-            return resolution(&next, out, depth + 1);
+        match component {
+            Component::Normal(_) => {
+                if let Some(target) = lookups.read_link(&prefix) {
+                    let base = parent_of(&prefix);
+                    let mut next = normalize(&base.join(target));
+                    // (Pushing nothing would add a trailing `/`: no longer the file's path.)
+                    let rest = components.as_path();
+                    if !rest.as_os_str().is_empty() {
+                        next.push(rest);
+                    }
+                    return resolution(&next, out, depth + 1, lookups);
+                }
+            }
+            Component::ParentDir | Component::CurDir => folded = false,
+            Component::RootDir | Component::Prefix(_) => {}
         }
     }
+    folded
 }
 
 /// `path` made absolute against the current directory, without touching the file system.
@@ -348,16 +414,6 @@ fn parent_of(path: &Path) -> PathBuf {
     }
 }
 
-fn nearest_existing(mut dir: PathBuf) -> PathBuf {
-    while !dir.is_dir() {
-        match dir.parent() {
-            Some(up) if !up.as_os_str().is_empty() => dir = up.to_path_buf(),
-            _ => return PathBuf::from("."),
-        }
-    }
-    dir
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +432,37 @@ mod tests {
         #[test]
         fn at_or_above_is_starts_with(event in path(), relevant in path()) {
             prop_assert_eq!(at_or_above(&event, &relevant), relevant.starts_with(&event));
+        }
+    }
+
+    /// What is watched for the kubelet's layout and for links into another directory (by
+    /// absolute path): each file's directory, and where each really leads, as `canonicalize`
+    /// says.
+    #[test]
+    fn targets_follow_the_kubelet_links_and_links_elsewhere() {
+        let root = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(root.path()).unwrap();
+        let kube = tls_test::KubeDir::new(root.join("kube")).unwrap();
+        kube.write(&[("tls.crt", b"cert"), ("tls.key", b"key")])
+            .unwrap();
+        let (elsewhere, links) = (root.join("elsewhere"), root.join("links"));
+        fs::create_dir(&elsewhere).unwrap();
+        fs::create_dir(&links).unwrap();
+        for name in ["tls.crt", "tls.key"] {
+            fs::write(elsewhere.join(name), name).unwrap();
+            std::os::unix::fs::symlink(elsewhere.join(name), links.join(name)).unwrap();
+        }
+        for dir in [kube.path(), links.as_path()] {
+            let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+            let found = targets(&crate::FileSource::builder(&cert, &key).config);
+            assert!(found.dirs.contains_key(dir), "{found:?}");
+            for file in [&cert, &key] {
+                let real = fs::canonicalize(file).unwrap();
+                assert_ne!(&real, file);
+                assert!(found.relevant.contains(file), "{found:?}");
+                assert!(found.relevant.contains(&real), "{found:?}");
+                assert!(found.dirs.contains_key(real.parent().unwrap()), "{found:?}");
+            }
         }
     }
 
