@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use tls_source::{CertBundle, panic_message};
 use tokio::sync::Notify;
 
-use super::{Apply, Contained, Timing, run_batch};
+use super::{Applier, Apply, Contained, Timing, run_batch};
 use crate::engine::{Engine, Input};
 
 /// A static route's end of the hook: what its source offered and what was handled inline.
@@ -119,7 +119,12 @@ impl<A: Apply + Send + 'static> Offer for Shared<A> {
         let Ok(now) = self.clock.read() else { return };
         let core = &mut *core;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            run_batch(core, vec![Input::Route(id, Ok(bundle.clone()))], now)
+            run_batch(
+                core,
+                vec![Input::Route(id, Ok(bundle.clone()))],
+                now,
+                Applier::Inline,
+            )
         }));
         handled.store(seq, Ordering::Release);
         match run {

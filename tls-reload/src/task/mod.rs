@@ -326,7 +326,7 @@ pub(crate) fn run<A: Apply + Send + 'static>(
     let clock = Contained(clock);
     let mut timers = Timers::default();
     let effects = engine.start();
-    let due = apply_effects(effects, &mut apply);
+    let due = apply_effects(effects, &mut apply, Applier::Task);
     set_timers(due, &mut timers, &clock);
     let shared = Arc::new(inline::Shared::new(engine, apply, clock));
     async move {
@@ -357,7 +357,7 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                     // Inline batches' timers first: they happened before this one.
                     let mut pending = std::mem::take(&mut core.timers);
                     let effects = core.engine.due(due, clock.now());
-                    pending.extend(apply_effects(effects, &mut core.apply));
+                    pending.extend(apply_effects(effects, &mut core.apply, Applier::Task));
                     drop(core);
                     set_timers(pending, &mut timers, clock);
                 }
@@ -389,11 +389,11 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                         // Inline batches' timers first: they happened before this one.
                         let mut pending = std::mem::take(&mut core.timers);
                         let timings = match clock.read() {
-                            Ok(now) => run_batch(&mut core, batch, now),
+                            Ok(now) => run_batch(&mut core, batch, now, Applier::Task),
                             Err(message) => {
                                 let effects =
                                     core.engine.unjudged(batch, &message, SystemTime::now());
-                                apply_effects(effects, &mut core.apply)
+                                apply_effects(effects, &mut core.apply, Applier::Task)
                             }
                         };
                         pending.extend(timings);
@@ -420,13 +420,29 @@ pub(crate) enum Timing {
     Cancel(Due),
 }
 
+/// Who applies a batch's effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Applier {
+    /// The reload task, on a runtime worker.
+    Task,
+    /// A source's own thread (a file watcher's), handing a rotation over inline: after each
+    /// install it yields, so that a handshake sharing its core gets the new certificate before
+    /// the bookkeeping that follows (the events, the status, the source's new layout).
+    Inline,
+}
+
 /// Applies `effects` through `apply`, in order, but for the timers': those are returned, for
 /// the task's [`Timers`] ([`set_timers`]).
-fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A) -> Vec<Timing> {
+fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A, by: Applier) -> Vec<Timing> {
     let mut due = Vec::new();
     for effect in effects {
         match effect {
-            Effect::Install { slot, validated } => apply.install(slot.as_ref(), &validated),
+            Effect::Install { slot, validated } => {
+                apply.install(slot.as_ref(), &validated);
+                if by == Applier::Inline {
+                    std::thread::yield_now();
+                }
+            }
             Effect::Table(table) => apply.table(table),
             Effect::TableEdit(edits) => apply.table_edit(&edits),
             Effect::Trust { roots, invalidate } => apply.trust(&roots, invalidate),
@@ -445,9 +461,10 @@ fn run_batch<A: Apply>(
     core: &mut inline::Core<A>,
     batch: Vec<Input>,
     now: SystemTime,
+    by: Applier,
 ) -> Vec<Timing> {
-    let mut due = apply_effects(core.engine.handle(batch, now), &mut core.apply);
-    due.extend(apply_effects(core.engine.finish(), &mut core.apply));
+    let mut due = apply_effects(core.engine.handle(batch, now), &mut core.apply, by);
+    due.extend(apply_effects(core.engine.finish(), &mut core.apply, by));
     due
 }
 
