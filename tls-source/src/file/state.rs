@@ -60,8 +60,6 @@ enum Found {
         /// How long until content written in place has been quiet long enough.
         settling: Option<Duration>,
         starved: bool,
-        /// The read left working out the layout to the task (`Reads::spawn_layout`).
-        layout_later: bool,
     },
     /// What to watch as the layout stood at that read (with notify on).
     Layout(Targets),
@@ -102,51 +100,36 @@ impl Reads {
                 tracing::error!(panic = %message, "the consumer's inline hook panicked");
             }
         }
-        // What was found is served (installed by the hook) or about to be (the consumer is
-        // woken by this send): working out the layout now (a stat or readlink of every
-        // directory and link on the way, a hundred microseconds and more) would keep a core
-        // from the handshakes that should get it. The task has it worked out on a blocking
-        // thread once it has taken the item; until then the events of the rotation's clean-up
-        // still count as relevant, and read nothing new.
-        let layout_later = found && self.config.notify;
         let _ = self.found.send(Found::Read {
             item,
             settling,
             starved,
-            layout_later,
         });
-        if self.config.notify && !layout_later {
-            self.layout(&reader);
+        if found && self.config.inline.get().is_none() {
+            // The consumer was just woken, maybe onto this very core: let it take the item
+            // before this thread works out the layout (stat calls on every directory of
+            // it), which would otherwise run first and delay the install. (A consumer with
+            // an inline hook has installed it already.)
+            std::thread::yield_now();
         }
-    }
-
-    /// Works out what to watch as the layout stands and sends it. Called holding the reader
-    /// (`_reader`): layouts arrive in the order of the reads, after the item of theirs.
-    fn layout(&self, _reader: &FileReader) {
-        let targets = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut targets = watch::targets(&self.config);
-            *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
-                std::mem::take(&mut targets.relevant);
-            targets
-        }));
-        match targets {
-            Ok(targets) => {
-                let _ = self.found.send(Found::Layout(targets));
-            }
-            Err(panic) => {
-                let message = crate::panic_message(panic.as_ref());
-                tracing::error!(cert = %self.config.cert.display(), panic = %message, "working out the files' layout panicked; the watch stays as it was until the next read");
+        if self.config.notify {
+            let targets = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut targets = watch::targets(&self.config);
+                *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
+                    std::mem::take(&mut targets.relevant);
+                targets
+            }));
+            match targets {
+                // Still holding the reader: layouts arrive in the order of their reads.
+                Ok(targets) => {
+                    let _ = self.found.send(Found::Layout(targets));
+                }
+                Err(panic) => {
+                    let message = crate::panic_message(panic.as_ref());
+                    tracing::error!(cert = %self.config.cert.display(), panic = %message, "working out the files' layout panicked; the watch stays as it was until the next read");
+                }
             }
         }
-    }
-
-    /// Works out the layout on a blocking thread, as of now (after a read that left it).
-    fn spawn_layout(&self) {
-        let reads = self.clone();
-        drop(tokio::task::spawn_blocking(move || {
-            let reader = reads.reader.lock().unwrap_or_else(PoisonError::into_inner);
-            reads.layout(&reader);
-        }));
     }
 
     /// Reads on a blocking thread (`spawn_blocking`), off the runtime's workers: a slow network
@@ -217,10 +200,7 @@ impl Running {
         tokio::select! {
             biased;
             found = self.found.recv() => match found? {
-                Found::Read { item, settling, starved, layout_later } => {
-                    if layout_later {
-                        self.reads.spawn_layout();
-                    }
+                Found::Read { item, settling, starved } => {
                     let now = Instant::now();
                     let starved = starved.then_some(STARVED_RETRY);
                     self.read_at = settling.into_iter().chain(starved).min().map(|wait| now + wait);
