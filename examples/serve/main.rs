@@ -115,9 +115,13 @@ mod status;
 use cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs};
 use status::{AppState, Sealing, status_json};
 
-/// The log filter without `RUST_LOG`: our own events at info, third-party clients only at error
-/// (kube's client logs a response body it cannot parse at warn).
-const DEFAULT_LOG_FILTER: &str = "info,kube_client=error,hyper=error,hyper_util=error,h2=error";
+/// The log filter without `RUST_LOG`: our own events at info, third-party crates only at error
+/// (kube's client logs a response body it cannot parse at warn; notify logs at info and warn
+/// when a watched directory is deleted before it was unwatched, as the kubelet deletes the
+/// previous generation right after a swap: bookkeeping of its own, nothing a user can act on.
+/// What the file source cannot watch, it reports itself).
+const DEFAULT_LOG_FILTER: &str =
+    "info,kube_client=error,hyper=error,hyper_util=error,h2=error,notify=error";
 
 /// How long in-flight requests get to finish after SIGINT / SIGTERM.
 const GRACE: Duration = Duration::from_secs(10);
