@@ -65,13 +65,15 @@ pub(super) type FileId = (u64, u64);
 pub(super) struct Files {
     pub(super) contents: PerFile<Vec<u8>>,
     pub(super) ids: PerFile<FileId>,
+    /// Each path's stamp once all were read.
+    pub(super) stamps: PerFile<Stamp>,
     #[cfg_attr(not(unix), allow(dead_code))]
     pub(super) key_mode: u32,
 }
 
 /// What identifies a file's content cheaply: device, inode, length, modification time.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
-struct Stamp {
+pub(super) struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
@@ -167,6 +169,20 @@ fn read_one(path: &Path, exact: bool, decoder: &Decoder) -> Result<(Vec<u8>, Sta
     Ok((bytes, stamp))
 }
 
+/// Whether every path still has the stamp `last` it had at a read (an optional CA that was
+/// absent still is): a read now would find the same bytes, without reading them. Any error is
+/// a change.
+pub(super) fn unchanged(config: &Config, last: &PerFile<Stamp>) -> bool {
+    let decoder = &config.decoder;
+    let same = |path: &Path, was: &Stamp| stamp(path, decoder).is_ok_and(|now| now == *was);
+    let ca = match (config.ca.as_deref(), &last.ca) {
+        (Some(path), Some(was)) => same(path, was),
+        (Some(path), None) => fs::symlink_metadata(path).is_err(),
+        (None, _) => true,
+    };
+    ca && same(&config.cert, &last.cert) && same(&config.key, &last.key)
+}
+
 /// Reads every file, retrying while a change races the read (see [`FileSource`](super::FileSource)).
 pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
     let decoder = &config.decoder;
@@ -206,6 +222,7 @@ pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
         return Ok(Files {
             ids: after.map(|s| (s.dev, s.ino)),
             key_mode: after.key.mode,
+            stamps: after,
             contents,
         });
     }

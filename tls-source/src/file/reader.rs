@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::read::{FileId, Files, PerFile, read_stable};
+use super::read::{FileId, Files, PerFile, Stamp, read_stable};
 use super::{Config, FileSourceBuilder, out_of_descriptors};
 use crate::{CertBundle, Error, Origin};
 use rustls_pki_types::CertificateDer;
@@ -53,6 +53,8 @@ pub struct FileReader {
     /// the same for `in_place_quiet`.
     unsettled: Option<(PerFile<Vec<u8>>, std::time::Instant)>,
     last_error: Option<String>,
+    /// The paths' stamps at the last read that succeeded (reading the files, decoded or not).
+    last_stamps: Option<PerFile<Stamp>>,
     /// The last read failed for want of file descriptors (EMFILE, ENFILE): nothing will say
     /// when they come back, so the source reads again soon.
     starved: bool,
@@ -84,6 +86,7 @@ impl FileReader {
             last_ids: None,
             unsettled: None,
             last_error: None,
+            last_stamps: None,
             starved: false,
             warned_key_mode: false,
         }
@@ -124,6 +127,7 @@ impl FileReader {
         let files = match read {
             Ok(files) => files,
             Err(err) => {
+                self.last_stamps = None;
                 // Files that went away and come back are new ones, even where the file system
                 // reuses their inode numbers: not an in-place write.
                 self.last_raw = None;
@@ -132,6 +136,7 @@ impl FileReader {
                 return self.report(err, force);
             }
         };
+        self.last_stamps = Some(files.stamps);
         if !force && self.last_raw.as_ref() == Some(&files.contents) {
             self.unsettled = None;
             return None;
@@ -186,6 +191,15 @@ impl FileReader {
             }
             Err(err) => self.report(err, true),
         }
+    }
+
+    /// Whether every file still has the stamp it had at the last read, so that a read now would
+    /// find what that one found (a few `stat` calls instead of a read). False when the last
+    /// read failed, or there was none.
+    pub(super) fn unchanged(&self) -> bool {
+        self.last_stamps
+            .as_ref()
+            .is_some_and(|last| super::read::unchanged(&self.config, last))
     }
 
     /// Whether the last read failed for want of file descriptors.

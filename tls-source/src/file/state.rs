@@ -132,6 +132,23 @@ impl Reads {
         }
     }
 
+    /// On a blocking thread: reads if any file's stamp changed since the last read (what a
+    /// new watch could have missed). Most times nothing did: a few `stat` calls, and neither a
+    /// read nor a layout to work out again.
+    fn spawn_recheck(&self) {
+        let reads = self.clone();
+        drop(tokio::task::spawn_blocking(move || {
+            let unchanged = reads
+                .reader
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .unchanged();
+            if !unchanged {
+                reads.read_here(false);
+            }
+        }));
+    }
+
     /// Reads on a blocking thread (`spawn_blocking`), off the runtime's workers: a slow network
     /// file system never stalls the worker that also runs handshakes.
     fn spawn(&self, force: bool) {
@@ -212,11 +229,12 @@ impl Running {
                     // installs the new certificate before the watches are moved (a few
                     // syscalls through notify's thread, a hundred microseconds or more).
                     tokio::task::yield_now().await;
-                    // A change made before a new watch was set is seen only by reading again.
+                    // A change made before a new watch was set is seen only by reading again, if
+                    // the files' stamps say there was one.
                     if let Some(watching) = self.watching.as_mut()
                         && watching.follow(targets)
                     {
-                        self.reads.spawn(false);
+                        self.reads.spawn_recheck();
                     }
                     None
                 }

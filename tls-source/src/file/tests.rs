@@ -171,3 +171,52 @@ async fn a_fifo_or_a_directory_in_place_of_a_file_is_refused_without_waiting() {
         other => panic!("expected NotAFile for the certificate, got {other:?}"),
     }
 }
+
+/// What a new watch could have missed is re-checked by the files' stamps: unchanged files ask
+/// for no read; content written in place, a kubelet swap, an optional CA that appears, or a
+/// read that failed do.
+#[test]
+fn the_recheck_after_a_new_watch_reads_only_when_a_stamp_changed() {
+    let ca = tls_test::TestCa::new("recheck");
+    let (a, b, c) = (
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+        ca.leaf(&["localhost"]),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let kube = tls_test::KubeDir::new(root.path().join("tls")).unwrap();
+    let files = |cert: &tls_test::TestCert| {
+        [
+            ("tls.crt", cert.chain_pem.clone().into_bytes()),
+            ("tls.key", cert.key_pem.clone().into_bytes()),
+        ]
+    };
+    let write = |cert: &tls_test::TestCert| {
+        let files = files(cert);
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+        kube.write(&refs).unwrap();
+    };
+    write(&a);
+    let mut reader = FileSource::kubernetes_dir(kube.path()).build_reader();
+    assert!(!reader.unchanged(), "no read yet");
+    reader.check().unwrap().unwrap();
+    assert!(reader.unchanged());
+
+    write(&b);
+    assert!(!reader.unchanged(), "a kubelet swap");
+    reader.check().unwrap().unwrap();
+    assert!(reader.unchanged());
+
+    let real = fs::canonicalize(kube.file("tls.crt")).unwrap();
+    tls_test::overwrite_in_place(&real, c.chain_pem.as_bytes()).unwrap();
+    assert!(!reader.unchanged(), "written in place");
+    let _ = reader.read_now();
+    assert!(reader.unchanged());
+
+    fs::write(kube.file("ca.crt"), &a.ca_pem).unwrap();
+    assert!(!reader.unchanged(), "an optional CA appeared");
+
+    fs::remove_dir_all(kube.path()).unwrap();
+    let _ = reader.read_now();
+    assert!(!reader.unchanged(), "the last read failed");
+}
