@@ -377,12 +377,19 @@ async fn in_process(swaps: usize) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let mut medians = Vec::new();
     for (name, mut times) in [("tls-rotation", ours), ("tls-hot-reload 0.4.1", theirs)] {
         times.sort();
+        let median = percentile(&times, 0.5);
+        medians.push(median);
         println!(
-            "{name:22} swap to install: median {}  p90 {}",
-            ms(percentile(&times, 0.5)),
-            ms(percentile(&times, 0.9))
+            "{name:22} swap to install: median {:.1} us  p90 {:.1} us",
+            median.as_secs_f64() * 1e6,
+            percentile(&times, 0.9).as_secs_f64() * 1e6
         );
     }
+    println!(
+        "ratio (ours / peer, median): {:.2}x",
+        medians[0].as_secs_f64() / medians[1].as_secs_f64()
+    );
 }
