@@ -322,8 +322,8 @@ impl Scenario {
 /// loop on the bench's own thread until it holds the new certificate, yielding between reads
 /// (a reader that never yields keeps its core from a library thread the scheduler put there:
 /// the time then measured where each library's threads were placed, and the peer's p90 was
-/// 3 ms in 2026-12-04's runs against 0.3 ms with the yield). What the black-box figure cannot show: it
-/// counts whole handshakes of the client (about 0.3 ms each).
+/// 3 ms in 2026-12-04's runs against 0.3 ms with the yield). What the black-box figure cannot
+/// show: it counts whole handshakes of the client (about 0.3 ms each).
 async fn in_process(swaps: usize) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ca = TestCa::new("in process");
@@ -370,7 +370,7 @@ async fn in_process(swaps: usize) {
             std::thread::yield_now();
         };
         staged.finish().unwrap();
-        if i % 2 == 0 {
+        if ours_turn {
             ours.push(took)
         } else {
             theirs.push(took)
