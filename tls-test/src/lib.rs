@@ -31,7 +31,7 @@ pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
     probe, probe_trusting,
 };
-pub use server::TestServer;
+pub use server::{TestServer, answer_each};
 
 /// How long tests wait for something that should happen in milliseconds.
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);

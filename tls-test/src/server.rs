@@ -3,9 +3,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use futures::{Stream, StreamExt as _};
 use rustls::ServerConfig;
 use rustls::server::ResolvesServerCert;
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -68,4 +69,22 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// Answers each connection `connections` yields (a server's accept stream, its handshakes
+/// done) with `served` and closes it, each on a task of its own, until the stream ends or
+/// yields an error: a server under test whose handshakes are what is looked at.
+pub fn answer_each<S, C, E>(mut connections: S) -> tokio::task::JoinHandle<()>
+where
+    S: Stream<Item = Result<C, E>> + Unpin + Send + 'static,
+    C: AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        while let Some(Ok(mut conn)) = connections.next().await {
+            tokio::spawn(async move {
+                let _ = conn.write_all(b"served").await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    })
 }

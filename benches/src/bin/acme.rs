@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use benches::{DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing};
 use bytes::Bytes;
-use futures::StreamExt as _;
 use instant_acme::{
     Account, BodyWrapper, BytesResponse, ChallengeType, HttpClient, Identifier, NewAccount,
     NewOrder, OrderStatus, RetryPolicy,
@@ -128,15 +127,8 @@ impl Served {
             .spawn_routes()
             .expect("a reloader");
         let addr = listener.local_addr().expect("an address");
-        let mut incoming = reloader.incoming(listener).expect("the accept stream");
-        let task = tokio::spawn(async move {
-            while let Some(Ok(mut conn)) = incoming.next().await {
-                tokio::spawn(async move {
-                    let _ = conn.write_all(b"served").await;
-                    let _ = conn.shutdown().await;
-                });
-            }
-        });
+        let incoming = reloader.incoming(listener).expect("the accept stream");
+        let task = tls_test::answer_each(incoming);
         Self {
             acme,
             reloader,

@@ -6,13 +6,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::StreamExt as _;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
 use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
 use tls_reload::Reloader;
 use tls_test::{PATIENCE, probe_trusting};
-use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpListener;
 
 pub fn provider() -> Arc<CryptoProvider> {
@@ -46,15 +44,8 @@ impl Server {
             .spawn_routes()
             .expect("a reloader");
         let addr = listener.local_addr().unwrap();
-        let mut incoming = reloader.incoming(listener).unwrap();
-        let task = tokio::spawn(async move {
-            while let Some(Ok(mut conn)) = incoming.next().await {
-                tokio::spawn(async move {
-                    let _ = conn.write_all(b"served").await;
-                    let _ = conn.shutdown().await;
-                });
-            }
-        });
+        let incoming = reloader.incoming(listener).unwrap();
+        let task = tls_test::answer_each(incoming);
         Self {
             acme,
             reloader,
