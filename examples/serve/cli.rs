@@ -1284,43 +1284,24 @@ mod tests {
 
     #[test]
     fn acme_with_k8s_shared_is_a_fleet_served_on_the_in_memory_default() {
-        let args = parse(&[
-            "--acme-directory",
-            DIRECTORY,
-            "--acme-domain",
-            "a.example.com",
-            "--k8s-shared",
-            "web/edge",
-            "--lease",
-            "edge-orders",
-            "--identity",
-            "pod-0",
-        ])
-        .unwrap();
+        let args = parse(&[ACME_FLEET, &["--lease", "edge-orders"]].concat()).unwrap();
         assert_eq!(args.certs, Certs::SelfSigned(SelfSignedArgs::default()));
         assert_eq!(
             args.acme.unwrap().state,
             AcmeState::Fleet {
-                namespace: "web".into(),
-                name: "edge".into(),
+                namespace: "default".into(),
+                name: "web".into(),
                 lease: Some("edge-orders".into()),
                 identity: "pod-0".into(),
             }
         );
-        let args = parse(&[
-            "--acme-directory",
-            DIRECTORY,
-            "--acme-domain",
-            "a.example.com",
-            "--k8s-shared",
-            "web/edge",
-            "--identity",
-            "pod-0",
-            "--cert",
-            "/etc/tls/tls.crt",
-            "--key",
-            "/etc/tls/tls.key",
-        ])
+        let args = parse(
+            &[
+                ACME_FLEET,
+                &["--cert", "/etc/tls/tls.crt", "--key", "/etc/tls/tls.key"],
+            ]
+            .concat(),
+        )
         .unwrap();
         assert!(
             matches!(args.certs, Certs::Files { .. }),
