@@ -61,24 +61,29 @@ impl<A, B> PerFile<(A, B)> {
 /// written in place; a new identity, a file replaced.
 pub(super) type FileId = (u64, u64);
 
-/// The bytes of the files, read consistently.
+/// The bytes of the files, read consistently, and each path's stamp once all were read.
 pub(super) struct Files {
     pub(super) contents: PerFile<Vec<u8>>,
-    pub(super) ids: PerFile<FileId>,
-    /// Each path's stamp once all were read.
     pub(super) stamps: PerFile<Stamp>,
-    #[cfg_attr(not(unix), allow(dead_code))]
-    pub(super) key_mode: u32,
 }
 
-/// What identifies a file's content cheaply: device, inode, length, modification time.
+impl Files {
+    /// Which files were read.
+    pub(super) fn ids(&self) -> PerFile<FileId> {
+        self.stamps.map(|s| (s.dev, s.ino))
+    }
+}
+
+/// What identifies a file's content cheaply: device, inode, length, modification time (and its
+/// permission bits, which the key's warning reads).
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(super) struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
     modified: Option<SystemTime>,
-    mode: u32,
+    #[cfg_attr(not(unix), allow(dead_code))]
+    pub(super) mode: u32,
 }
 
 fn stamp(path: &Path, decoder: &Decoder) -> Result<Stamp, Error> {
@@ -220,8 +225,6 @@ pub(super) fn read_stable(config: &Config) -> Result<Files, Error> {
             continue;
         }
         return Ok(Files {
-            ids: after.map(|s| (s.dev, s.ino)),
-            key_mode: after.key.mode,
             stamps: after,
             contents,
         });

@@ -141,7 +141,8 @@ impl FileReader {
             self.unsettled = None;
             return None;
         }
-        if !force && self.last_ids.as_ref() == Some(&files.ids) {
+        let ids = files.ids();
+        if !force && self.last_ids.as_ref() == Some(&ids) {
             // The same files with new content: written in place, maybe still being written.
             match &self.unsettled {
                 Some((contents, since))
@@ -156,7 +157,7 @@ impl FileReader {
             }
         }
         self.unsettled = None;
-        self.last_ids = Some(files.ids);
+        self.last_ids = Some(ids);
         let config = Arc::clone(&self.config);
         let decoded = if config.certificates_only {
             let name = config.cert.display().to_string();
@@ -219,11 +220,11 @@ impl FileReader {
 
     fn warn_key_mode(&mut self, files: &Files) {
         #[cfg(unix)]
-        if !self.warned_key_mode && files.key_mode & 0o077 != 0 {
+        if !self.warned_key_mode && files.stamps.key.mode & 0o077 != 0 {
             self.warned_key_mode = true;
             tracing::warn!(
                 path = %self.config.key.display(),
-                mode = format_args!("{:o}", files.key_mode & 0o777),
+                mode = format_args!("{:o}", files.stamps.key.mode & 0o777),
                 "private key file is readable by group or others; restrict it (chmod 600, or \
                  defaultMode: 0400 on a Secret volume)"
             );
