@@ -90,7 +90,7 @@
 //!
 //! Prints one line, `listening on https://HOST:PORT`, to stdout once the first certificate is
 //! installed and the socket listens; logs go to stderr (`RUST_LOG` sets the filter; by default
-//! `info`, with third-party HTTP and API clients at `error`).
+//! `info`, with third-party HTTP and API clients and the notify crate at `error`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
