@@ -66,6 +66,9 @@ pub struct Reloader {
     resolver: Arc<CertResolver>,
     provider: Arc<CryptoProvider>,
     status: watch::Receiver<Status>,
+    /// How the reload task ended, once it has: what [`stopped`](Self::stopped) waits for,
+    /// apart from the status, so that its waiters are not woken by every rotation.
+    ended: watch::Receiver<Option<Ended>>,
     pub(crate) token: CancellationToken,
     /// With client authentication: the config for new connections, rebuilt when the trust
     /// changes.
@@ -299,6 +302,7 @@ impl Builder {
             running: true,
             ..Status::default()
         });
+        let (ended_tx, ended_rx) = watch::channel(None);
         let validator = Validator::new(Arc::clone(&provider), self.policy).with_clock(self.clock);
         let (trust, tls_config) = match self.client_auth {
             Some(auth) => {
@@ -353,6 +357,7 @@ impl Builder {
                 s.running = false;
                 s.ended = Some(ended.clone());
             });
+            ended_tx.send_replace(Some(ended.clone()));
             ended
         }
         .boxed();
@@ -361,6 +366,7 @@ impl Builder {
                 resolver,
                 provider,
                 status: rx,
+                ended: ended_rx,
                 token,
                 tls_config: tls_config.as_ref().map(|(shared, _)| Arc::clone(shared)),
                 revoked: tls_config.map(|(_, revoked)| revoked),
@@ -613,8 +619,8 @@ impl Reloader {
     /// # Cancellation safety
     /// Cancellation safe.
     pub async fn stopped(&self) -> Ended {
-        let mut rx = self.status.clone();
-        let ended = rx.wait_for(|s| !s.running).await.map(|s| s.ended.clone());
+        let mut rx = self.ended.clone();
+        let ended = rx.wait_for(Option::is_some).await.map(|ended| ended.clone());
         match ended {
             Ok(Some(ended)) => ended,
             _ => Ended::Dropped,
