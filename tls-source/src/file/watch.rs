@@ -1,7 +1,7 @@
 //! The notify fast path: which directories to watch as the layout stands, and following it.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, MutexGuard};
@@ -24,9 +24,8 @@ pub(super) const STARVED_RETRY: Duration = Duration::from_millis(250);
 /// What to watch as the layout stands.
 #[derive(Debug, Default)]
 pub(super) struct Targets {
-    /// The directories, each with the identity it had when it was worked out (a directory
-    /// removed and re-created is a new one).
-    dirs: BTreeMap<PathBuf, DirId>,
+    /// The directories, each as it was when it was worked out.
+    dirs: BTreeMap<PathBuf, Dir>,
     /// Every path whose change can change what is read: the configured paths, each symlink met
     /// resolving them (the kubelet's `..data`) and where it leads, and the resolved files. An
     /// event is a reason to read only if it names one of these or a directory above one.
@@ -57,7 +56,19 @@ pub(super) struct Watching {
 
 struct Watch {
     watcher: RecommendedWatcher,
-    watched: BTreeMap<PathBuf, DirId>,
+    watched: BTreeMap<PathBuf, Dir>,
+}
+
+/// A directory to watch, as it was when the layout was worked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Dir {
+    /// Its identity: a directory removed and re-created is a new one, watched again.
+    id: DirId,
+    /// Whether the directories below it are watched with it, those made later included: a
+    /// kubelet volume, whose every new generation is then watched by notify's own thread as
+    /// it is made, before the `..data` swap, rather than by a round trip to that thread after
+    /// each rotation.
+    recursive: bool,
 }
 
 impl Watching {
@@ -123,17 +134,22 @@ impl Watching {
         }
         let mut grew = false;
         let mut failed = None;
-        for (dir, id) in targets {
-            if watch.watched.contains_key(&dir) {
+        for (path, dir) in targets {
+            if watch.watched.contains_key(&path) {
                 continue;
             }
-            match watch.watcher.watch(&dir, RecursiveMode::NonRecursive) {
+            let mode = if dir.recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            match watch.watcher.watch(&path, mode) {
                 Ok(()) => {
-                    tracing::debug!(dir = %dir.display(), "watching");
-                    watch.watched.insert(dir, id);
+                    tracing::debug!(dir = %path.display(), recursive = dir.recursive, "watching");
+                    watch.watched.insert(path, dir);
                     grew = true;
                 }
-                Err(err) => failed = Some((dir, err)),
+                Err(err) => failed = Some((path, err)),
             }
         }
         match failed {
@@ -178,7 +194,10 @@ impl Watching {
 /// and `..data_tmp` before the rename, the old generation removed after it, a neighbour's files)
 /// are ignored: a read they caused would only delay the one that matters.
 fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
-    notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+    // Links are not followed into: a recursive watch of a kubelet volume would otherwise
+    // watch the current generation a second time through `..data`, under a second name.
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let handler = move |event: notify::Result<notify::Event>| {
         let matters = match event {
             Ok(event) if is_read_only(&event.kind) => false,
             Ok(event) => {
@@ -196,7 +215,8 @@ fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
         if matters {
             reads.read(false);
         }
-    })
+    };
+    RecommendedWatcher::new(handler, config)
 }
 
 /// `path` as it is when it is already absolute and normalised, as the events of watches on
@@ -266,6 +286,9 @@ impl DirId {
 struct Lookups {
     links: HashMap<PathBuf, Option<PathBuf>>,
     meta: HashMap<PathBuf, Option<fs::Metadata>>,
+    /// The kubelet volumes met on the way: directories whose `..data` link, followed, leads to
+    /// a directory beside it.
+    volumes: BTreeSet<PathBuf>,
 }
 
 impl Lookups {
@@ -318,7 +341,8 @@ pub(super) fn targets(config: &Config) -> Targets {
     let mut targets = Targets::default();
     let mut add = |lookups: &mut Lookups, dir: PathBuf| {
         if let Some((dir, id)) = lookups.nearest_existing(dir) {
-            targets.dirs.insert(dir, id);
+            let recursive = false;
+            targets.dirs.insert(dir, Dir { id, recursive });
         }
     };
     let mut relevant = Vec::new();
@@ -345,10 +369,30 @@ pub(super) fn targets(config: &Config) -> Targets {
             relevant.push(real);
         }
     }
+    // A kubelet volume is watched whole: its generations come and go below it.
+    for volume in std::mem::take(&mut lookups.volumes) {
+        if let Some(meta) = lookups.metadata(&volume).filter(fs::Metadata::is_dir) {
+            targets
+                .dirs
+                .retain(|dir, _| dir == &volume || !dir.starts_with(&volume));
+            let (id, recursive) = (DirId::of(&meta), true);
+            targets.dirs.insert(volume, Dir { id, recursive });
+        }
+    }
     relevant.sort();
     relevant.dedup();
     targets.relevant = relevant;
     targets
+}
+
+/// Whether the link at `link`, leading to `target`, is a kubelet volume's `..data`: named so,
+/// and leading to a directory beside it (the current generation). Watched whole on Linux only,
+/// where the kubelet runs and notify's recursive watch is one inotify watch per directory.
+fn is_volume_data(link: &Path, target: &Path) -> bool {
+    let mut parts = target.components();
+    cfg!(target_os = "linux")
+        && link.file_name() == Some(std::ffi::OsStr::new("..data"))
+        && matches!((parts.next(), parts.next()), (Some(Component::Normal(_)), None))
 }
 
 /// Pushes `path` and, if resolving it meets a symlink, every path resolving goes through: the
@@ -371,6 +415,9 @@ fn resolution(path: &Path, out: &mut Vec<PathBuf>, depth: usize, lookups: &mut L
             Component::Normal(_) => {
                 if let Some(target) = lookups.read_link(&prefix) {
                     let base = parent_of(&prefix);
+                    if is_volume_data(&prefix, &target) {
+                        lookups.volumes.insert(base.clone());
+                    }
                     let mut next = normalize(&base.join(target));
                     // (Pushing nothing would add a trailing `/`: no longer the file's path.)
                     let rest = components.as_path();
@@ -437,7 +484,7 @@ mod tests {
 
     /// What is watched for the kubelet's layout and for links into another directory (by
     /// absolute path): each file's directory, and where each really leads, as `canonicalize`
-    /// says.
+    /// says; a kubelet volume whole, its generations with it.
     #[test]
     fn targets_follow_the_kubelet_links_and_links_elsewhere() {
         let root = tempfile::tempdir().unwrap();
@@ -461,7 +508,16 @@ mod tests {
                 assert_ne!(&real, file);
                 assert!(found.relevant.contains(file), "{found:?}");
                 assert!(found.relevant.contains(&real), "{found:?}");
-                assert!(found.dirs.contains_key(real.parent().unwrap()), "{found:?}");
+                let real_dir = real.parent().unwrap();
+                if dir == kube.path() {
+                    // The generation is watched with the volume, not on its own.
+                    assert!(found.dirs[dir].recursive, "{found:?}");
+                    assert!(!found.dirs.contains_key(real_dir), "{found:?}");
+                    assert!(real_dir.starts_with(dir));
+                } else {
+                    assert!(!found.dirs[dir].recursive, "{found:?}");
+                    assert!(found.dirs.contains_key(real_dir), "{found:?}");
+                }
             }
         }
     }
