@@ -620,7 +620,10 @@ impl Reloader {
     /// Cancellation safe.
     pub async fn stopped(&self) -> Ended {
         let mut rx = self.ended.clone();
-        let ended = rx.wait_for(Option::is_some).await.map(|ended| ended.clone());
+        let ended = rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|ended| ended.clone());
         match ended {
             Ok(Some(ended)) => ended,
             _ => Ended::Dropped,

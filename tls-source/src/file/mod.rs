@@ -49,7 +49,11 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   missing its nearest existing ancestor (so a directory created late, or removed and laid out
 ///   again, is seen); the directory holding a directory symlink on the way; and the directory
 ///   each path resolves to (so in-place writes behind the kubelet's `..data` links, or behind a
-///   link into another directory, are seen). The poll
+///   link into another directory, are seen). A kubelet volume (a `..data` link to a directory
+///   beside it) is watched whole, on Linux, so each new generation is watched as the kubelet
+///   makes it, before its swap. Working the layout out again after an event looks up only
+///   what the event named (the new `..data` and generation, not every directory from the
+///   root); a read no event caused looks everything up again. The poll
 ///   ([`poll_interval`](FileSourceBuilder::poll_interval), default 10 s) stays as the backstop;
 ///   what cannot be watched (inotify limits, an unsupported file system) is logged once and
 ///   retried with backoff while the source polls; when file descriptors ran out (EMFILE,

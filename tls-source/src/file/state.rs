@@ -5,7 +5,7 @@
 //! the reads happened and a slower, older read never overtakes a newer one.
 
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Config;
 use super::reader::{Decoded, FileReader};
-use super::watch::{self, STARVED_RETRY, Targets, Watching};
+use super::watch::{self, Lookups, STARVED_RETRY, Targets, Watching};
 use crate::Error;
 use crate::trigger::Triggered;
 
@@ -51,6 +51,9 @@ pub(super) struct Reads {
     /// events by it. Set by the read itself, so the events of a rotation's clean-up (the old
     /// generation removed) no longer count once the read saw the new one.
     relevant: Arc<Mutex<Vec<PathBuf>>>,
+    /// What the last layout looked up, less what events named since: the next layout after an
+    /// event looks up only what changed.
+    lookups: Arc<Mutex<Lookups>>,
 }
 
 /// What a read found, in the order reads happen.
@@ -68,8 +71,10 @@ enum Found {
 impl Reads {
     /// Reads the files on the calling thread, which must not be a runtime worker, and sends
     /// what it found. If the source is gone, it is discarded. Each item is offered to the
-    /// consumer's [`Inline`](crate::inline::Inline) hook first, if it attached one.
-    fn read_here(&self, force: bool) {
+    /// consumer's [`Inline`](crate::inline::Inline) hook first, if it attached one. `after_event`:
+    /// the watcher's thread reads after an event, and the layout's lookups that no event named
+    /// since are taken as they were; any other read looks everything up again.
+    fn read_here(&self, force: bool, after_event: bool) {
         let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
         let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let item = reader.read(force);
@@ -114,7 +119,11 @@ impl Reads {
         }
         if self.config.notify {
             let targets = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let mut targets = watch::targets(&self.config);
+                let mut lookups = self.lookups.lock().unwrap_or_else(PoisonError::into_inner);
+                if !after_event {
+                    lookups.forget();
+                }
+                let mut targets = watch::targets(&self.config, &mut lookups);
                 *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
                     std::mem::take(&mut targets.relevant);
                 targets
@@ -144,7 +153,7 @@ impl Reads {
                 .unwrap_or_else(PoisonError::into_inner)
                 .unchanged();
             if !unchanged {
-                reads.read_here(false);
+                reads.read_here(false, false);
             }
         }));
     }
@@ -153,7 +162,9 @@ impl Reads {
     /// file system never stalls the worker that also runs handshakes.
     fn spawn(&self, force: bool) {
         let reads = self.clone();
-        drop(tokio::task::spawn_blocking(move || reads.read_here(force)));
+        drop(tokio::task::spawn_blocking(move || {
+            reads.read_here(force, false);
+        }));
     }
 }
 
@@ -162,8 +173,22 @@ impl watch::OnEvent for Reads {
         self.relevant.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn read(&self, force: bool) {
-        self.read_here(force);
+    fn changed(&self, path: &Path) {
+        self.lookups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .changed(path);
+    }
+
+    fn lost(&self) {
+        self.lookups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .forget();
+    }
+
+    fn read(&self) {
+        self.read_here(false, true);
     }
 }
 
@@ -189,6 +214,7 @@ impl Running {
             config: config.clone(),
             found: tx,
             relevant: Arc::default(),
+            lookups: Arc::default(),
         };
         reads.spawn(false);
         Box::new(Self {

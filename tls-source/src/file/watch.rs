@@ -22,7 +22,7 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
 pub(super) const STARVED_RETRY: Duration = Duration::from_millis(250);
 
 /// What to watch as the layout stands.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(super) struct Targets {
     /// The directories, each as it was when it was worked out.
     dirs: BTreeMap<PathBuf, Dir>,
@@ -38,8 +38,12 @@ pub(super) trait OnEvent: Send + Sync + 'static {
     /// Every path whose change can change what is read ([`Targets::relevant`] as of the last
     /// read).
     fn relevant(&self) -> MutexGuard<'_, Vec<PathBuf>>;
-    /// Reads now, on the calling thread (the watcher's).
-    fn read(&self, force: bool);
+    /// An event named `path` (absolute): what the layout looked up there is stale.
+    fn changed(&self, path: &Path);
+    /// Events were lost (the queue overflowed): everything the layout looked up is stale.
+    fn lost(&self);
+    /// Reads now, on the calling thread (the watcher's), after an event.
+    fn read(&self);
 }
 
 /// The watch of a running source: the notify watcher, what it watches, and, when part of it
@@ -201,19 +205,32 @@ fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
         let matters = match event {
             Ok(event) if is_read_only(&event.kind) => false,
             Ok(event) => {
+                let paths: Vec<Cow<'_, Path>> = event
+                    .paths
+                    .iter()
+                    .map(|path| plain(path).map_or_else(|| absolute(path).into(), Cow::Borrowed))
+                    .collect();
+                for path in &paths {
+                    reads.changed(path);
+                }
+                let unknown = paths.is_empty() || event.need_rescan();
+                if unknown {
+                    reads.lost();
+                }
                 let relevant = reads.relevant();
-                event.paths.is_empty()
-                    || event.need_rescan()
-                    || event.paths.iter().any(|path| {
-                        let path = plain(path).map_or_else(|| absolute(path).into(), Cow::Borrowed);
-                        relevant.iter().any(|r| at_or_above(&path, r))
-                    })
+                unknown
+                    || paths
+                        .iter()
+                        .any(|path| relevant.iter().any(|r| at_or_above(path, r)))
             }
             // Queue overflow and the like: a read will sort it out.
-            Err(_) => true,
+            Err(_) => {
+                reads.lost();
+                true
+            }
         };
         if matters {
-            reads.read(false);
+            reads.read();
         }
     };
     RecommendedWatcher::new(handler, config)
@@ -279,37 +296,98 @@ impl DirId {
     }
 }
 
-/// The file system as one [`targets`] call sees it: each link read and each path stat'ed once
-/// (the certificate and the key share every directory and link on the way, and working the
-/// layout out runs after every rotation).
+/// The file system as the layout was last worked out: each path looked up once (`lstat`, and
+/// `readlink` for a link), and kept until an event names it or a directory above it, or until
+/// a read that no event caused (the first, the poll, a trigger) starts afresh. A kubelet
+/// rotation then looks up its new generation and `..data` again, not every directory from the
+/// root down: the layout is worked out on the watcher's thread right after the install, while
+/// the handshakes that want the new certificate are starting.
+///
+/// Kept entries are sound because every path looked up is absolute and free of links but for
+/// its last component, as the paths of events are; a directory no watch covers (the ones
+/// above a certificate's directory) changes unseen, as it always did: the poll's read, which
+/// looks everything up again, is the backstop.
 #[derive(Default)]
-struct Lookups {
-    links: HashMap<PathBuf, Option<PathBuf>>,
-    meta: HashMap<PathBuf, Option<fs::Metadata>>,
+pub(super) struct Lookups {
+    /// What the last layout looked up, less what events have named since.
+    kept: HashMap<PathBuf, Entry>,
+    /// What this layout looked up: kept when it is done.
+    current: HashMap<PathBuf, Entry>,
+    /// `stat` through a link (a configured directory that is a link): this layout only, since
+    /// an event on where the link leads does not name the link.
+    followed: HashMap<PathBuf, Option<fs::Metadata>>,
     /// The kubelet volumes met on the way: directories whose `..data` link, followed, leads to
     /// a directory beside it.
     volumes: BTreeSet<PathBuf>,
 }
 
+/// What `lstat` (and for a link `readlink`) said of a path.
+#[derive(Clone)]
+enum Entry {
+    /// Missing, or not to be looked at (permissions, a file on the way).
+    Missing,
+    Link(PathBuf),
+    Other(fs::Metadata),
+}
+
+impl Entry {
+    fn of(path: &Path) -> Self {
+        match fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_symlink() => fs::read_link(path).map_or(Self::Missing, Self::Link),
+            Ok(meta) => Self::Other(meta),
+            Err(_) => Self::Missing,
+        }
+    }
+}
+
 impl Lookups {
+    /// An event named `path`: it, and everything below it, is looked up again.
+    pub(super) fn changed(&mut self, path: &Path) {
+        self.kept.retain(|kept, _| !kept.starts_with(path));
+    }
+
+    /// Everything is looked up again (a read no event caused, or events lost).
+    pub(super) fn forget(&mut self) {
+        self.kept.clear();
+    }
+
+    fn entry(&mut self, path: &Path) -> &Entry {
+        if !self.current.contains_key(path) {
+            let entry = self.kept.remove(path).unwrap_or_else(|| Entry::of(path));
+            self.current.insert(path.to_path_buf(), entry);
+        }
+        &self.current[path]
+    }
+
+    /// This layout is worked out: what it looked up is kept for the next.
+    fn done(&mut self) {
+        self.kept = std::mem::take(&mut self.current);
+        self.followed.clear();
+        self.volumes.clear();
+    }
+
     /// Where the symlink at `path` leads, or `None` when `path` is not a symlink (or missing).
     fn read_link(&mut self, path: &Path) -> Option<PathBuf> {
-        if let Some(target) = self.links.get(path) {
-            return target.clone();
+        match self.entry(path) {
+            Entry::Link(target) => Some(target.clone()),
+            Entry::Missing | Entry::Other(_) => None,
         }
-        let target = fs::read_link(path).ok();
-        self.links.insert(path.to_path_buf(), target.clone());
-        target
     }
 
     /// `path`'s metadata, following symlinks.
     fn metadata(&mut self, path: &Path) -> Option<fs::Metadata> {
-        if let Some(meta) = self.meta.get(path) {
-            return meta.clone();
+        match self.entry(path) {
+            Entry::Other(meta) => Some(meta.clone()),
+            Entry::Missing => None,
+            Entry::Link(_) => {
+                if let Some(meta) = self.followed.get(path) {
+                    return meta.clone();
+                }
+                let meta = fs::metadata(path).ok();
+                self.followed.insert(path.to_path_buf(), meta.clone());
+                meta
+            }
         }
-        let meta = fs::metadata(path).ok();
-        self.meta.insert(path.to_path_buf(), meta.clone());
-        meta
     }
 
     /// `dir`, or while it is missing its nearest existing ancestor, with its identity.
@@ -335,9 +413,9 @@ impl Lookups {
 /// a directory symlink on the way (a retargeted link changes there); and the directory the path
 /// really resolves to (in-place writes behind the kubelet's `..data` links, or behind a link
 /// into another directory, happen there). With them, the paths whose events matter. Blocking:
-/// run with the read. All paths are absolute, as the events are.
-pub(super) fn targets(config: &Config) -> Targets {
-    let mut lookups = Lookups::default();
+/// run with the read. All paths are absolute, as the events are. What `lookups` kept from the
+/// last call is taken as it stands.
+pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
     let mut targets = Targets::default();
     let mut add = |lookups: &mut Lookups, dir: PathBuf| {
         if let Some((dir, id)) = lookups.nearest_existing(dir) {
@@ -353,10 +431,10 @@ pub(super) fn targets(config: &Config) -> Targets {
         let path = absolute(path);
         let parent = parent_of(&path);
         if lookups.read_link(&parent).is_some() {
-            add(&mut lookups, parent_of(&parent));
+            add(lookups, parent_of(&parent));
         }
-        add(&mut lookups, parent);
-        let resolved = resolution(&path, &mut relevant, 0, &mut lookups);
+        add(lookups, parent);
+        let resolved = resolution(&path, &mut relevant, 0, lookups);
         // Where the path really leads (what `canonicalize` returns), when it exists: the end of
         // its resolution, every link on the way followed.
         let real = if resolved {
@@ -365,12 +443,12 @@ pub(super) fn targets(config: &Config) -> Targets {
             fs::canonicalize(&path).ok()
         };
         if let Some(real) = real.filter(|real| lookups.metadata(real).is_some()) {
-            add(&mut lookups, parent_of(&real));
+            add(lookups, parent_of(&real));
             relevant.push(real);
         }
     }
     // A kubelet volume is watched whole: its generations come and go below it.
-    for volume in std::mem::take(&mut lookups.volumes) {
+    for volume in lookups.volumes.clone() {
         if let Some(meta) = lookups.metadata(&volume).filter(fs::Metadata::is_dir) {
             targets
                 .dirs
@@ -379,6 +457,7 @@ pub(super) fn targets(config: &Config) -> Targets {
             targets.dirs.insert(volume, Dir { id, recursive });
         }
     }
+    lookups.done();
     relevant.sort();
     relevant.dedup();
     targets.relevant = relevant;
@@ -392,7 +471,10 @@ fn is_volume_data(link: &Path, target: &Path) -> bool {
     let mut parts = target.components();
     cfg!(target_os = "linux")
         && link.file_name() == Some(std::ffi::OsStr::new("..data"))
-        && matches!((parts.next(), parts.next()), (Some(Component::Normal(_)), None))
+        && matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(_)), None)
+        )
 }
 
 /// Pushes `path` and, if resolving it meets a symlink, every path resolving goes through: the
@@ -501,7 +583,10 @@ mod tests {
         }
         for dir in [kube.path(), links.as_path()] {
             let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-            let found = targets(&crate::FileSource::builder(&cert, &key).config);
+            let found = targets(
+                &crate::FileSource::builder(&cert, &key).config,
+                &mut Lookups::default(),
+            );
             assert!(found.dirs.contains_key(dir), "{found:?}");
             for file in [&cert, &key] {
                 let real = fs::canonicalize(file).unwrap();
@@ -520,6 +605,98 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A layout worked out again after events, from what the last one looked up less what
+    /// the events named, is the layout worked out afresh: through kubelet swaps, a link
+    /// retargeted into another directory, and a directory removed and laid out again.
+    #[test]
+    fn a_layout_after_events_is_the_layout_afresh() {
+        let root = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(root.path()).unwrap();
+        let pair = |n: &str| {
+            [
+                ("tls.crt", n.as_bytes().to_vec()),
+                ("tls.key", n.as_bytes().to_vec()),
+            ]
+        };
+        let as_files = |pair: &[(&'static str, Vec<u8>); 2]| {
+            pair.iter()
+                .map(|(name, bytes)| (*name, bytes.clone()))
+                .collect::<Vec<_>>()
+        };
+        let kube = tls_test::KubeDir::new(root.join("kube")).unwrap();
+        let files = as_files(&pair("1"));
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        kube.write(&files).unwrap();
+        let config =
+            crate::FileSource::builder(kube.path().join("tls.crt"), kube.path().join("tls.key"))
+                .config;
+        let mut kept = Lookups::default();
+        let first = targets(&config, &mut kept);
+        assert_eq!(first, targets(&config, &mut Lookups::default()));
+
+        // A kubelet swap: the events name the new generation, `..data_tmp` and `..data`, then
+        // the old generation as it is removed.
+        let old = fs::read_link(kube.path().join("..data")).unwrap();
+        let files = as_files(&pair("2"));
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        kube.write(&files).unwrap();
+        let new = fs::read_link(kube.path().join("..data")).unwrap();
+        assert_ne!(old, new);
+        for name in [
+            new.as_path(),
+            Path::new("..data_tmp"),
+            Path::new("..data"),
+            old.as_path(),
+        ] {
+            kept.changed(&kube.path().join(name));
+        }
+        let swapped = targets(&config, &mut kept);
+        assert_ne!(swapped.relevant, first.relevant);
+        assert_eq!(swapped, targets(&config, &mut Lookups::default()));
+
+        // Links retargeted into another directory: the events name the links.
+        let (links, a, b) = (root.join("links"), root.join("a"), root.join("b"));
+        for dir in [&links, &a, &b] {
+            fs::create_dir(dir).unwrap();
+        }
+        for name in ["tls.crt", "tls.key"] {
+            fs::write(a.join(name), name).unwrap();
+            fs::write(b.join(name), name).unwrap();
+            std::os::unix::fs::symlink(a.join(name), links.join(name)).unwrap();
+        }
+        let config =
+            crate::FileSource::builder(links.join("tls.crt"), links.join("tls.key")).config;
+        let mut kept = Lookups::default();
+        let first = targets(&config, &mut kept);
+        for name in ["tls.crt", "tls.key"] {
+            let tmp = links.join(format!("{name}.tmp"));
+            std::os::unix::fs::symlink(b.join(name), &tmp).unwrap();
+            fs::rename(&tmp, links.join(name)).unwrap();
+            kept.changed(&tmp);
+            kept.changed(&links.join(name));
+        }
+        let retargeted = targets(&config, &mut kept);
+        assert!(retargeted.dirs.contains_key(&b) && !retargeted.dirs.contains_key(&a));
+        assert_ne!(retargeted, first);
+        assert_eq!(retargeted, targets(&config, &mut Lookups::default()));
+
+        // The directory removed (its watch names it) and laid out again (its parent's names
+        // it): a new directory, watched again.
+        fs::remove_dir_all(&b).unwrap();
+        kept.changed(&b);
+        let gone = targets(&config, &mut kept);
+        assert!(!gone.dirs.contains_key(&b));
+        assert_eq!(gone, targets(&config, &mut Lookups::default()));
+        fs::create_dir(&b).unwrap();
+        for name in ["tls.crt", "tls.key"] {
+            fs::write(b.join(name), name).unwrap();
+        }
+        kept.changed(&b);
+        let back = targets(&config, &mut kept);
+        assert!(back.dirs.contains_key(&b));
+        assert_eq!(back, targets(&config, &mut Lookups::default()));
     }
 
     #[test]
