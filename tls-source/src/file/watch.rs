@@ -341,9 +341,12 @@ impl Entry {
 }
 
 impl Lookups {
-    /// An event named `path`: it, and everything below it, is looked up again.
+    /// An event named `path` (absolute and normalised, as kept paths are): it, and everything
+    /// below it, is looked up again.
     pub(super) fn changed(&mut self, path: &Path) {
-        self.kept.retain(|kept, _| !kept.starts_with(path));
+        if !self.kept.is_empty() {
+            self.kept.retain(|kept, _| !at_or_above(path, kept));
+        }
     }
 
     /// Everything is looked up again (a read no event caused, or events lost).
