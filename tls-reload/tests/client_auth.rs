@@ -214,10 +214,7 @@ async fn a_rejected_bundle_changes_no_trust() {
 #[tokio::test]
 async fn ordinary_rotations_keep_resumption_working() {
     let (server_ca, a) = (TestCa::new("server"), TestCa::new("A"));
-    let (first, second) = (
-        server_ca.leaf(&["localhost"]),
-        server_ca.leaf(&["localhost"]),
-    );
+    let [first, second] = server_ca.leaves(&["localhost"]);
     let server = Server::start(ClientAuth::from_bundle(), bundle(&first, &[&a])).await;
     let resuming = client(&a.client_leaf("a"));
     assert_eq!(attempt(server.addr, &resuming).await, Ok(false));

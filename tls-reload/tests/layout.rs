@@ -31,11 +31,7 @@ fn retarget(link: &Path, target: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_removed_and_laid_out_again_is_followed() {
     let ca = TestCa::new("layout remove");
-    let (a, b, c) = (
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-    );
+    let [a, b, c] = ca.leaves(&["localhost"]);
     let h = Harness::kube(&a, Mode::Notify).await;
     fs::remove_dir_all(h.kube.path()).unwrap();
     h.wait_for("the removal reported", |s| s.last_error.is_some())
@@ -92,11 +88,7 @@ async fn an_in_place_write_behind_the_kubelet_links_is_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kubelet_swap_an_in_place_write_into_the_new_generation_is_served() {
     let ca = TestCa::new("layout after swap");
-    let (a, b, c) = (
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-    );
+    let [a, b, c] = ca.leaves(&["localhost"]);
     let h = Harness::kube(&a, Mode::Notify).await;
     let first = fs::canonicalize(h.kube.file("tls.crt")).unwrap();
     // The swap is served first; the watch moves to the new generation's directory after.
@@ -113,11 +105,7 @@ async fn after_a_kubelet_swap_an_in_place_write_into_the_new_generation_is_serve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_retargeted_into_another_directory_are_followed_there() {
     let ca = TestCa::new("layout links");
-    let (a, b, c) = (
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-    );
+    let [a, b, c] = ca.leaves(&["localhost"]);
     let dir = tempfile::tempdir().unwrap();
     let put = |name: &str, cert: &TestCert| {
         let target = dir.path().join(name);

@@ -32,11 +32,7 @@ impl Clock for Tripwire {
 #[tokio::test]
 async fn a_panic_while_checking_an_input_rejects_it_and_the_task_goes_on() {
     let ca = TestCa::new("panics");
-    let (first, second, third) = (
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-    );
+    let [first, second, third] = ca.leaves(&["localhost"]);
     let clock = Arc::new(Tripwire::default());
     let (tx, reloader) = common::clocked(clock.clone(), &first);
     patiently("ready", reloader.ready()).await.unwrap();

@@ -8,11 +8,7 @@ use tls_test::{TestCa, overwrite_in_place, replace_by_rename};
 
 async fn kubelet_swap(mode: Mode) {
     let ca = TestCa::new("rotation");
-    let (a, b, c) = (
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-        ca.leaf(&["localhost"]),
-    );
+    let [a, b, c] = ca.leaves(&["localhost"]);
     let h = Harness::kube(&a, mode).await;
     write_kube(&h.kube, &b);
     h.expect_served(&b).await;

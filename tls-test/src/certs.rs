@@ -83,6 +83,12 @@ impl TestCa {
         self.cert.pem()
     }
 
+    /// `N` distinct leaves for the same `names`, as [`leaf`](Self::leaf) makes them: the
+    /// certificates a test rotates through (`let [a, b, c] = ca.leaves(&["localhost"]);`).
+    pub fn leaves<const N: usize>(&self, names: &[&str]) -> [TestCert; N] {
+        std::array::from_fn(|_| self.leaf(names))
+    }
+
     /// A leaf for `names` (DNS names or IP addresses), valid from an hour ago for a day.
     pub fn leaf(&self, names: &[&str]) -> TestCert {
         let now = SystemTime::now();
