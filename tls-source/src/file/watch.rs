@@ -451,7 +451,7 @@ pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
         }
     }
     // A kubelet volume is watched whole: its generations come and go below it.
-    for volume in lookups.volumes.clone() {
+    for volume in std::mem::take(&mut lookups.volumes) {
         if let Some(meta) = lookups.metadata(&volume).filter(fs::Metadata::is_dir) {
             targets
                 .dirs
@@ -617,21 +617,8 @@ mod tests {
     fn a_layout_after_events_is_the_layout_afresh() {
         let root = tempfile::tempdir().unwrap();
         let root = fs::canonicalize(root.path()).unwrap();
-        let pair = |n: &str| {
-            [
-                ("tls.crt", n.as_bytes().to_vec()),
-                ("tls.key", n.as_bytes().to_vec()),
-            ]
-        };
-        let as_files = |pair: &[(&'static str, Vec<u8>); 2]| {
-            pair.iter()
-                .map(|(name, bytes)| (*name, bytes.clone()))
-                .collect::<Vec<_>>()
-        };
         let kube = tls_test::KubeDir::new(root.join("kube")).unwrap();
-        let files = as_files(&pair("1"));
-        let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        kube.write(&files).unwrap();
+        kube.write(&[("tls.crt", b"1"), ("tls.key", b"1")]).unwrap();
         let config =
             crate::FileSource::builder(kube.path().join("tls.crt"), kube.path().join("tls.key"))
                 .config;
@@ -642,9 +629,7 @@ mod tests {
         // A kubelet swap: the events name the new generation, `..data_tmp` and `..data`, then
         // the old generation as it is removed.
         let old = fs::read_link(kube.path().join("..data")).unwrap();
-        let files = as_files(&pair("2"));
-        let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        kube.write(&files).unwrap();
+        kube.write(&[("tls.crt", b"2"), ("tls.key", b"2")]).unwrap();
         let new = fs::read_link(kube.path().join("..data")).unwrap();
         assert_ne!(old, new);
         for name in [
