@@ -5,7 +5,9 @@
 //! gets the new certificate; a scenario not served within the cap is reported as such.
 //!
 //! `peer-compare SERVE_BINARY [SWAPS]`; `peer-compare --in-process [SWAPS]` for swap to install
-//! inside one process (no client); `peer-compare --peer-server DIR` is internal.
+//! inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N]` for handshakes
+//! with no rotation (the floor under every swap figure, each of which ends with one);
+//! `peer-compare --peer-server DIR` is internal.
 //! `PEER_COMPARE_LOGS=1` passes the servers' logs through (`RUST_LOG` sets ours).
 
 use std::io::{BufRead as _, BufReader};
@@ -32,6 +34,17 @@ fn main() {
             .map_or(200, |n| n.parse().expect("SWAPS is a number"));
         let runtime = tokio::runtime::Runtime::new().unwrap();
         return runtime.block_on(in_process(swaps));
+    }
+    if args.first().map(String::as_str) == Some("--handshakes") {
+        let serve = PathBuf::from(
+            args.get(1)
+                .expect("usage: peer-compare --handshakes SERVE_BINARY [N]"),
+        );
+        let n = args
+            .get(2)
+            .map_or(2000, |n| n.parse().expect("N is a number"));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        return runtime.block_on(handshakes(&serve, n));
     }
     let serve = PathBuf::from(
         args.first()
@@ -390,6 +403,45 @@ async fn in_process(swaps: usize) {
     }
     println!(
         "ratio (ours / peer, median): {:.2}x",
+        medians[0].as_secs_f64() / medians[1].as_secs_f64()
+    );
+}
+
+/// Handshakes with no rotation, alternating between the two servers: the floor under the swap
+/// figures (each of which ends with one such handshake).
+async fn handshakes(serve: &Path, n: usize) {
+    let ca = TestCa::new("peer compare");
+    let cert = ca.leaf(&["localhost"]);
+    let root = tempfile::tempdir().unwrap();
+    let mut setups = Vec::new();
+    for server in [Server::Ours, Server::Peer] {
+        let kube = KubeDir::new(root.path().join(server.name().replace(' ', "-"))).unwrap();
+        write(&kube, &cert);
+        let running = start(server, serve, kube.path()).expect("server starts");
+        setups.push((server, kube, running, Vec::new()));
+    }
+    for i in 0..n * 2 {
+        let (_, _, running, times) = &mut setups[i % 2];
+        let since = Instant::now();
+        let seen = tls_test::probe(running.addr, "localhost").await.unwrap();
+        times.push(since.elapsed());
+        assert_eq!(seen.fingerprint, cert.fingerprint);
+    }
+    println!("## handshakes, no rotation, {n} each, alternating");
+    let mut medians = Vec::new();
+    for (server, _, _, times) in &mut setups {
+        times.sort();
+        let median = percentile(times, 0.5);
+        medians.push(median);
+        println!(
+            "{:22} median {:.1} us  p90 {:.1} us",
+            server.name(),
+            median.as_secs_f64() * 1e6,
+            percentile(times, 0.9).as_secs_f64() * 1e6
+        );
+    }
+    println!(
+        "ratio (ours / peer, median): {:.3}x",
         medians[0].as_secs_f64() / medians[1].as_secs_f64()
     );
 }
