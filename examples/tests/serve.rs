@@ -631,6 +631,20 @@ async fn run_to_end(args: &[&str]) -> (Option<i32>, String, Duration) {
     (out.status.code(), stderr, started.elapsed())
 }
 
+/// What serve logs to a pipe or a file (a container's log, a journal) is plain text: no
+/// terminal colour codes around the level and the fields.
+#[tokio::test]
+async fn logs_to_a_pipe_are_plain_text() {
+    let (code, stderr, _) =
+        run_to_end(&["--cert-dir", "/nonexistent/tls", "--ready-timeout", "300ms"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("WARN tls_reload::engine::events: certificate source error"),
+        "the source's error is logged: {stderr}"
+    );
+    assert!(!stderr.contains('\x1b'), "no escape codes: {stderr:?}");
+}
+
 #[tokio::test]
 async fn no_certificate_within_the_ready_timeout_fails_with_the_error() {
     let (code, stderr, took) =
