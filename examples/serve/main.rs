@@ -90,7 +90,8 @@
 //!
 //! Prints one line, `listening on https://HOST:PORT`, to stdout once the first certificate is
 //! installed and the socket listens; logs go to stderr (`RUST_LOG` sets the filter; by default
-//! `info`, with third-party HTTP and API clients and the notify crate at `error`).
+//! `info`, with third-party HTTP and API clients and the notify crate at `error`), in colour on a
+//! terminal only (never with `NO_COLOR` set).
 
 use std::io::IsTerminal as _;
 use std::net::SocketAddr;
