@@ -150,6 +150,24 @@ fn start(server: Server, serve: &Path, dir: &Path) -> Option<Running> {
     }
 }
 
+/// Both servers, each on a kubelet-style directory of its own under `root` holding `cert`, each
+/// with an empty list for what is measured of it.
+fn start_both<T>(
+    serve: &Path,
+    root: &Path,
+    cert: &TestCert,
+) -> Vec<(Server, KubeDir, Running, Vec<T>)> {
+    [Server::Ours, Server::Peer]
+        .into_iter()
+        .map(|server| {
+            let kube = KubeDir::new(root.join(server.name().replace(' ', "-"))).unwrap();
+            write(&kube, cert);
+            let running = start(server, serve, kube.path()).expect("server starts");
+            (server, kube, running, Vec::new())
+        })
+        .collect()
+}
+
 fn write(kube: &KubeDir, cert: &TestCert) {
     kube.write(&pair(cert)).unwrap();
 }
@@ -202,13 +220,7 @@ async fn compare(serve: &Path, swaps: usize) {
 
     // 1. The kubelet's `..data` swap, alternating between the two servers.
     let root = tempfile::tempdir().unwrap();
-    let mut setups = Vec::new();
-    for server in [Server::Ours, Server::Peer] {
-        let kube = KubeDir::new(root.path().join(server.name().replace(' ', "-"))).unwrap();
-        write(&kube, &certs[0]);
-        let running = start(server, serve, kube.path()).expect("server starts");
-        setups.push((server, kube, running, Vec::new()));
-    }
+    let mut setups = start_both(serve, root.path(), &certs[0]);
     for i in 0..swaps * 2 {
         let (_, kube, running, times) = &mut setups[i % 2];
         let cert = &certs[1 + (i / 2) % 3];
@@ -437,13 +449,7 @@ async fn handshakes(serve: &Path, n: usize) {
     let ca = TestCa::new("peer compare");
     let cert = ca.leaf(&["localhost"]);
     let root = tempfile::tempdir().unwrap();
-    let mut setups = Vec::new();
-    for server in [Server::Ours, Server::Peer] {
-        let kube = KubeDir::new(root.path().join(server.name().replace(' ', "-"))).unwrap();
-        write(&kube, &cert);
-        let running = start(server, serve, kube.path()).expect("server starts");
-        setups.push((server, kube, running, Vec::new()));
-    }
+    let mut setups = start_both(serve, root.path(), &cert);
     for i in 0..n * 2 {
         let (_, _, running, times) = &mut setups[i % 2];
         let since = Instant::now();
