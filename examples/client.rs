@@ -12,7 +12,6 @@
 //! Prints one JSON line per request: `{"n":…,"status":…,"client_fingerprint_sha256":…,"error":…}`.
 //! Without a usable client bundle within `--ready-timeout` (default 30s) it exits 1 and says
 //! why; each rejected bundle is logged (stderr, `RUST_LOG` to filter).
-use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -20,16 +19,7 @@ use tls_reload::{ClientTls, FileSource};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // Colours on a terminal only: not in a file, a pipe or a container's log, nor with NO_COLOR.
-    let ansi = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    examples::log_to_stderr("info");
     let mut args = std::env::args().skip(1);
     let (mut url, mut dir, mut ca, mut every, mut count) =
         (None, None, None, Duration::from_secs(1), None);

@@ -93,7 +93,6 @@
 //! `info`, with third-party HTTP and API clients and the notify crate at `error`), in colour on a
 //! terminal only (never with `NO_COLOR` set).
 
-use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -132,18 +131,7 @@ const INTERRUPTED: u8 = 130;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // Colours on a terminal only: not in a file, a pipe or a container's log, nor with NO_COLOR.
-    let ansi = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // Third-party HTTP and API clients log response bodies at warn: keep them quiet.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)),
-        )
-        .init();
+    examples::log_to_stderr(DEFAULT_LOG_FILTER);
     let args = Args::from_env();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
