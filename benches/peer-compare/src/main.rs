@@ -4,7 +4,9 @@
 //! the write (the `..data` rename, or the end of an in-place write) to the first handshake that
 //! gets the new certificate; a scenario not served within the cap is reported as such.
 //!
-//! `peer-compare SERVE_BINARY [SWAPS]`; `peer-compare --in-process [SWAPS]` for swap to install
+//! `peer-compare SERVE_BINARY [SWAPS [RUNS]]` (RUNS: the swaps repeated with fresh servers, each
+//! run's medians and ratio reported, then their median and spread; 30 swaps and 1 run by
+//! default); `peer-compare --in-process [SWAPS]` for swap to install
 //! inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N]` for handshakes
 //! with no rotation (the floor under every swap figure, each of which ends with one);
 //! `peer-compare --peer-server DIR` is internal.
@@ -48,13 +50,17 @@ fn main() {
     }
     let serve = PathBuf::from(
         args.first()
-            .expect("usage: peer-compare SERVE_BINARY [SWAPS]"),
+            .expect("usage: peer-compare SERVE_BINARY [SWAPS [RUNS]]"),
     );
     let swaps: usize = args
         .get(1)
         .map_or(30, |n| n.parse().expect("SWAPS is a number"));
+    let runs: usize = args
+        .get(2)
+        .map_or(1, |n| n.parse().expect("RUNS is a number"));
+    assert!(swaps > 0 && runs > 0, "SWAPS and RUNS are at least 1");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(compare(&serve, swaps));
+    runtime.block_on(compare(&serve, swaps, runs));
 }
 
 /// The peer, as its README shows it: a `ServerConfig` from `load_server_config`, an accept loop.
@@ -214,11 +220,36 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
-async fn compare(serve: &Path, swaps: usize) {
+async fn compare(serve: &Path, swaps: usize, runs: usize) {
     let ca = TestCa::new("peer compare");
     let certs: Vec<TestCert> = (0..4).map(|_| ca.leaf(&["localhost"])).collect();
 
-    // 1. The kubelet's `..data` swap, alternating between the two servers.
+    // 1. The kubelet's `..data` swap, alternating between the two servers; each run with
+    //    servers of its own.
+    let mut all = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        if runs > 1 {
+            println!("# run {run} of {runs}");
+        }
+        all.push(swap_run(serve, swaps, &certs).await);
+    }
+    if runs > 1 {
+        summarize(&all);
+    }
+
+    // 2. Layout changes, a fresh server for each.
+    println!("\n## layout changes (time to serve; the cap is {CAP:?})");
+    for scenario in Scenario::ALL {
+        for server in [Server::Ours, Server::Peer] {
+            let outcome = scenario.run(server, serve, &certs).await;
+            println!("{:52} {:22} {outcome}", scenario.name(), server.name());
+        }
+    }
+}
+
+/// One run of alternating `..data` swaps on fresh servers; prints it and returns the two
+/// medians (ours, the peer's).
+async fn swap_run(serve: &Path, swaps: usize, certs: &[TestCert]) -> [Duration; 2] {
     let root = tempfile::tempdir().unwrap();
     let mut setups = start_both(serve, root.path(), &certs[0]);
     for i in 0..swaps * 2 {
@@ -263,16 +294,38 @@ async fn compare(serve: &Path, swaps: usize) {
         "ratio (ours / peer, median): {:.2}x",
         medians[0].as_secs_f64() / medians[1].as_secs_f64()
     );
-    drop(setups);
+    [medians[0], medians[1]]
+}
 
-    // 2. Layout changes, a fresh server for each.
-    println!("\n## layout changes (time to serve; the cap is {CAP:?})");
-    for scenario in Scenario::ALL {
-        for server in [Server::Ours, Server::Peer] {
-            let outcome = scenario.run(server, serve, &certs).await;
-            println!("{:52} {:22} {outcome}", scenario.name(), server.name());
-        }
+/// The runs side by side: each server's medians, each run's ratio, and the median and spread
+/// (lowest to highest) of both.
+fn summarize(runs: &[[Duration; 2]]) {
+    let list = |values: &[f64], unit: &str| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let each: Vec<String> = values.iter().map(|v| format!("{v:.2}{unit}")).collect();
+        format!(
+            "{}; median {:.2}{unit}, spread {:.2}{unit} to {:.2}{unit}",
+            each.join(", "),
+            (sorted[(sorted.len() - 1) / 2] + sorted[sorted.len() / 2]) / 2.0,
+            sorted[0],
+            sorted[sorted.len() - 1],
+        )
+    };
+    let ms_of = |i: usize| -> Vec<f64> { runs.iter().map(|r| r[i].as_secs_f64() * 1e3).collect() };
+    let ratios: Vec<f64> = runs
+        .iter()
+        .map(|r| r[0].as_secs_f64() / r[1].as_secs_f64())
+        .collect();
+    let slower = ratios.iter().filter(|r| **r > 1.0).count();
+    println!("\n## {} runs", runs.len());
+    for (i, server) in [Server::Ours, Server::Peer].into_iter().enumerate() {
+        println!("{:22} medians {}", server.name(), list(&ms_of(i), " ms"));
     }
+    println!(
+        "ratios (ours / peer)   {}; runs where ours was slower: {slower}",
+        list(&ratios, "x")
+    );
 }
 
 #[derive(Clone, Copy)]
