@@ -211,7 +211,9 @@ async fn served_after(
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+/// The value at `p` (0 to 1) of `sorted`, the nearest rank (for an even count the median is the
+/// upper of the middle two).
+fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
 }
@@ -307,7 +309,7 @@ fn summarize(runs: &[[Duration; 2]]) {
         format!(
             "{}; median {:.2}{unit}, spread {:.2}{unit} to {:.2}{unit}",
             each.join(", "),
-            (sorted[(sorted.len() - 1) / 2] + sorted[sorted.len() / 2]) / 2.0,
+            percentile(&sorted, 0.5),
             sorted[0],
             sorted[sorted.len() - 1],
         )
