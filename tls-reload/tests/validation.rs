@@ -236,6 +236,50 @@ async fn the_served_certificate_expiring_is_visible_in_the_status() {
     );
 }
 
+/// A rotation is installed on the file watcher's thread (the inline path), which leaves the
+/// new certificate's expiry timers for the reload task without waking it: the source's item
+/// that follows hands them over. A replacement that expires sooner than the certificate it
+/// replaces must still be reported expiring, then expired, on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_to_a_certificate_that_expires_sooner_reports_its_expiry() {
+    let ca = TestCa::new("expiry");
+    let long = ca.leaf(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (kube, source) = common::kube_source(dir.path(), "tls", &long);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .policy(Policy::default().expiry_warning(Duration::from_secs(2)))
+        .spawn(source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+
+    let now = SystemTime::now();
+    let short = ca.leaf_valid(
+        &["localhost"],
+        now - Duration::from_secs(3600),
+        now + Duration::from_secs(5),
+    );
+    write_kube(&kube, &short);
+    let status = tls_test::wait_for(reloader.status(), "the replacement installed", |s| {
+        common::installed(s) == Some(short.fingerprint.as_str())
+    })
+    .await;
+    assert!(!status.expired, "{status:?}");
+    let expiring = tls_test::wait_for(reloader.status(), "expiring", |s| s.expiring).await;
+    assert_eq!(
+        common::installed(&expiring),
+        Some(short.fingerprint.as_str())
+    );
+    let status = tls_test::wait_for(reloader.status(), "expired", |s| s.expired).await;
+    let not_after = status.current.as_ref().unwrap().not_after;
+    assert!(
+        SystemTime::now() >= not_after,
+        "reported expired before its notAfter: {status:?}"
+    );
+    let err = status.last_error.as_ref().unwrap().to_string();
+    assert!(err.contains("the served certificate expired at"), "{err}");
+}
+
 #[test]
 fn the_validator_checks_purpose_and_roots_on_its_own() {
     let ca = TestCa::new("validator");

@@ -13,7 +13,7 @@
 //! replaces a newer one). Timers the engine arms here are handed to the task, which owns them.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use tls_source::{CertBundle, panic_message};
@@ -70,8 +70,13 @@ pub(crate) trait Offer: Send + Sync + 'static {
 pub(crate) struct Shared<A> {
     core: Mutex<Core<A>>,
     clock: Contained,
-    /// Woken when an inline batch left timers for the task, or panicked.
+    /// Woken when an inline batch panicked.
     pub(crate) wake: Notify,
+    /// An inline batch left timers in [`Core::timers`]. Not a wake of its own: the item that
+    /// batch handled reaches the task down its source's stream right after (the contract of
+    /// [`tls_source::inline`]), and every poll of the task looks at this first. One wake per
+    /// rotation, not two.
+    pending: AtomicBool,
 }
 
 pub(crate) struct Core<A> {
@@ -97,6 +102,7 @@ impl<A: Apply> Shared<A> {
             }),
             clock,
             wake: Notify::new(),
+            pending: AtomicBool::new(false),
         }
     }
 
@@ -106,6 +112,24 @@ impl<A: Apply> Shared<A> {
 
     pub(crate) fn clock(&self) -> &Contained {
         &self.clock
+    }
+
+    /// Ready when inline batches left timers for the task: polled on every poll of the task,
+    /// it never waits (the source's item that follows each offer wakes the task).
+    pub(crate) fn pending(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|_| {
+            if self.pending.load(Ordering::Acquire) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+
+    /// Takes the timers inline batches left (under the core's lock).
+    pub(crate) fn take_timers(&self, core: &mut Core<A>) -> Vec<Timing> {
+        self.pending.store(false, Ordering::Release);
+        std::mem::take(&mut core.timers)
     }
 }
 
@@ -131,7 +155,7 @@ impl<A: Apply + Send + 'static> Offer for Shared<A> {
             Ok(timers) => {
                 if !timers.is_empty() {
                     core.timers.extend(timers);
-                    self.wake.notify_one();
+                    self.pending.store(true, Ordering::Release);
                 }
             }
             Err(panic) => {

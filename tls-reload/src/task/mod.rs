@@ -348,14 +348,17 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                     if let Some(message) = core.panicked.take() {
                         break Ended::Panicked { message };
                     }
-                    let due = std::mem::take(&mut core.timers);
+                }
+                () = shared.pending() => {
+                    let mut core = shared.lock();
+                    let due = shared.take_timers(&mut core);
                     drop(core);
                     set_timers(due, &mut timers, clock);
                 }
                 Some(due) = timers.next(clock), if !timers.is_empty() => {
                     let mut core = shared.lock();
                     // Inline batches' timers first: they happened before this one.
-                    let mut pending = std::mem::take(&mut core.timers);
+                    let mut pending = shared.take_timers(&mut core);
                     let effects = core.engine.due(due, clock.now());
                     pending.extend(apply_effects(effects, &mut core.apply, Applier::Task));
                     drop(core);
@@ -387,7 +390,7 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                         .collect();
                     if !batch.is_empty() {
                         // Inline batches' timers first: they happened before this one.
-                        let mut pending = std::mem::take(&mut core.timers);
+                        let mut pending = shared.take_timers(&mut core);
                         let timings = match clock.read() {
                             Ok(now) => run_batch(&mut core, batch, now, Applier::Task),
                             Err(message) => {

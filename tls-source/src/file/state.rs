@@ -38,6 +38,8 @@ pub(super) struct Running {
     /// or the last read ran out of file descriptors.
     read_at: Option<Instant>,
     interval: tokio::time::Interval,
+    /// A layout that came with an item: followed at the next turn, after the item is out.
+    layout: Option<Targets>,
 }
 
 /// What makes a read, from any thread: the reader (one read at a time) and where what it found
@@ -63,6 +65,9 @@ enum Found {
         /// How long until content written in place has been quiet long enough.
         settling: Option<Duration>,
         starved: bool,
+        /// The layout as it stood at this read, sent with it when the consumer installed the
+        /// item inline already: one wake of the consumer per read, not two.
+        layout: Option<Targets>,
     },
     /// What to watch as the layout stood at that read (with notify on).
     Layout(Targets),
@@ -105,38 +110,61 @@ impl Reads {
                 tracing::error!(panic = %message, "the consumer's inline hook panicked");
             }
         }
-        let _ = self.found.send(Found::Read {
-            item,
-            settling,
-            starved,
-        });
-        if found && self.config.inline.get().is_none() {
-            // The consumer was just woken, maybe onto this very core: let it take the item
-            // before this thread works out the layout (stat calls on every directory of
-            // it), which would otherwise run first and delay the install. (A consumer with
-            // an inline hook has installed it already.)
-            std::thread::yield_now();
+        let inline = self.config.inline.get().is_some();
+        if !inline {
+            let _ = self.found.send(Found::Read {
+                item,
+                settling,
+                starved,
+                layout: None,
+            });
+            if found {
+                // The consumer was just woken, maybe onto this very core: let it take the
+                // item before this thread works out the layout (stat calls on every
+                // directory of it), which would otherwise run first and delay the install.
+                std::thread::yield_now();
+            }
+            if let Some(targets) = self.layout(after_event) {
+                let _ = self.found.send(Found::Layout(targets));
+            }
+        } else {
+            // The hook has had the item (a bundle is installed already): what the stream
+            // yields now is bookkeeping, so the item waits for the layout and both wake the
+            // consumer once.
+            let layout = self.layout(after_event);
+            let _ = self.found.send(Found::Read {
+                item,
+                settling,
+                starved,
+                layout,
+            });
         }
-        if self.config.notify {
-            let targets = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let mut lookups = self.lookups.lock().unwrap_or_else(PoisonError::into_inner);
-                if !after_event {
-                    lookups.forget();
-                }
-                let mut targets = watch::targets(&self.config, &mut lookups);
-                *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
-                    std::mem::take(&mut targets.relevant);
-                targets
-            }));
-            match targets {
-                // Still holding the reader: layouts arrive in the order of their reads.
-                Ok(targets) => {
-                    let _ = self.found.send(Found::Layout(targets));
-                }
-                Err(panic) => {
-                    let message = crate::panic_message(panic.as_ref());
-                    tracing::error!(cert = %self.config.cert.display(), panic = %message, "working out the files' layout panicked; the watch stays as it was until the next read");
-                }
+    }
+
+    /// Works out what to watch as the layout stands now (with notify on), on the reading
+    /// thread and still holding the reader, so that layouts arrive in the order of their
+    /// reads. `after_event`: the lookups no event named since the last read are taken as they
+    /// were.
+    fn layout(&self, after_event: bool) -> Option<Targets> {
+        if !self.config.notify {
+            return None;
+        }
+        let targets = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut lookups = self.lookups.lock().unwrap_or_else(PoisonError::into_inner);
+            if !after_event {
+                lookups.forget();
+            }
+            let mut targets = watch::targets(&self.config, &mut lookups);
+            *self.relevant.lock().unwrap_or_else(PoisonError::into_inner) =
+                std::mem::take(&mut targets.relevant);
+            targets
+        }));
+        match targets {
+            Ok(targets) => Some(targets),
+            Err(panic) => {
+                let message = crate::panic_message(panic.as_ref());
+                tracing::error!(cert = %self.config.cert.display(), panic = %message, "working out the files' layout panicked; the watch stays as it was until the next read");
+                None
             }
         }
     }
@@ -233,21 +261,36 @@ impl Running {
                 interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
                 interval
             },
+            layout: None,
         })
     }
 
     /// Waits for one thing to happen and handles it: what a read found (the item to pass on,
     /// if any), or a reason to read (the poll, a trigger, a timer).
     async fn turn(&mut self) -> Option<Item> {
+        if let Some(targets) = self.layout.take() {
+            self.follow(targets);
+        }
         let retry_at = self.watching.as_ref().and_then(Watching::retry_at);
         tokio::select! {
             biased;
             found = self.found.recv() => match found? {
-                Found::Read { item, settling, starved } => {
+                Found::Read { item, settling, starved, layout } => {
                     let now = Instant::now();
                     let starved = starved.then_some(STARVED_RETRY);
                     self.read_at = settling.into_iter().chain(starved).min().map(|wait| now + wait);
-                    item
+                    match item {
+                        Some(item) => {
+                            self.layout = layout;
+                            Some(item)
+                        }
+                        None => {
+                            if let Some(targets) = layout {
+                                self.follow(targets);
+                            }
+                            None
+                        }
+                    }
                 }
                 Found::Layout(targets) => {
                     // What the read found is handled first: a consumer that polls again at
@@ -255,13 +298,7 @@ impl Running {
                     // installs the new certificate before the watches are moved (a few
                     // syscalls through notify's thread, a hundred microseconds or more).
                     tokio::task::yield_now().await;
-                    // A change made before a new watch was set is seen only by reading again, if
-                    // the files' stamps say there was one.
-                    if let Some(watching) = self.watching.as_mut()
-                        && watching.follow(targets)
-                    {
-                        self.reads.spawn_recheck();
-                    }
+                    self.follow(targets);
                     None
                 }
             },
@@ -286,6 +323,18 @@ impl Running {
                 self.reads.spawn(false);
                 None
             }
+        }
+    }
+}
+
+impl Running {
+    /// Watches what `targets` says. A change made before a new watch was set is seen only by
+    /// reading again, if the files' stamps say there was one.
+    fn follow(&mut self, targets: Targets) {
+        if let Some(watching) = self.watching.as_mut()
+            && watching.follow(targets)
+        {
+            self.reads.spawn_recheck();
         }
     }
 }
