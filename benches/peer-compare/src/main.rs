@@ -7,8 +7,10 @@
 //! `peer-compare SERVE_BINARY [SWAPS [RUNS]]` (RUNS: the swaps repeated with fresh servers, each
 //! run's medians and ratio reported, then their median and spread; 30 swaps and 1 run by
 //! default); `peer-compare --in-process [SWAPS]` for swap to install
-//! inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N]` for handshakes
-//! with no rotation (the floor under every swap figure, each of which ends with one);
+//! inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N [GAP_US]]` for
+//! handshakes with no rotation (the floor under every swap figure, each of which ends with
+//! one); GAP_US microseconds between handshakes (0 by default) let each server finish what it
+//! does after a handshake (its tickets, its HTTP connection) before the other's is timed;
 //! `peer-compare --peer-server DIR` is internal.
 //! `PEER_COMPARE_LOGS=1` passes the servers' logs through (`RUST_LOG` sets ours).
 
@@ -40,13 +42,17 @@ fn main() {
     if args.first().map(String::as_str) == Some("--handshakes") {
         let serve = PathBuf::from(
             args.get(1)
-                .expect("usage: peer-compare --handshakes SERVE_BINARY [N]"),
+                .expect("usage: peer-compare --handshakes SERVE_BINARY [N [GAP_US]]"),
         );
         let n = args
             .get(2)
             .map_or(2000, |n| n.parse().expect("N is a number"));
+        let gap = Duration::from_micros(
+            args.get(3)
+                .map_or(0, |n| n.parse().expect("GAP_US is a number")),
+        );
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        return runtime.block_on(handshakes(&serve, n));
+        return runtime.block_on(handshakes(&serve, n, gap));
     }
     let serve = PathBuf::from(
         args.first()
@@ -499,8 +505,10 @@ async fn in_process(swaps: usize) {
 }
 
 /// Handshakes with no rotation, alternating between the two servers: the floor under the swap
-/// figures (each of which ends with one such handshake).
-async fn handshakes(serve: &Path, n: usize) {
+/// figures (each of which ends with one such handshake). With a `gap`, the client waits that
+/// long after each one, so that a server's work after a handshake does not land in the other's
+/// timing (in the swap runs, the client's untimed staging of the next swap plays that part).
+async fn handshakes(serve: &Path, n: usize, gap: Duration) {
     let ca = TestCa::new("peer compare");
     let cert = ca.leaf(&["localhost"]);
     let root = tempfile::tempdir().unwrap();
@@ -511,8 +519,15 @@ async fn handshakes(serve: &Path, n: usize) {
         let seen = tls_test::probe(running.addr, "localhost").await.unwrap();
         times.push(since.elapsed());
         assert_eq!(seen.fingerprint, cert.fingerprint);
+        if !gap.is_zero() {
+            // Blocking on purpose: nothing else runs in this process meanwhile.
+            std::thread::sleep(gap);
+        }
     }
-    println!("## handshakes, no rotation, {n} each, alternating");
+    println!(
+        "## handshakes, no rotation, {n} each, alternating, {} us between them",
+        gap.as_micros()
+    );
     let mut medians = Vec::new();
     for (server, _, _, times) in &mut setups {
         times.sort();
