@@ -2,7 +2,8 @@
 //!
 //! `mod.rs` is the public face (the source, its builder, the configuration); `reader.rs` decides
 //! what a read may pass on ([`FileReader`]); `read.rs` reads the files consistently; `watch.rs`
-//! is the notify fast path and the layout it follows; `state.rs` is the loop that ties them.
+//! is the notify fast path and the layout it follows, watched on Linux by `inotify.rs` (our own
+//! inotify reader) and elsewhere by notify; `state.rs` is the loop that ties them.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,8 @@ use rustls_pki_types::CertificateDer;
 use crate::inline::Inline;
 use crate::{CertBundle, Decoder, Error, Trigger};
 
+#[cfg(target_os = "linux")]
+mod inotify;
 mod read;
 mod reader;
 mod state;
@@ -40,7 +43,7 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 /// - **Symlink-safe.** Every check reads through the configured paths; no resolved target or inode
 ///   is cached. A Kubernetes Secret volume, where the kubelet writes a new timestamped directory
 ///   and renames a `..data` symlink over the old one, is followed on every rotation.
-/// - **Fast path and backstop.** A `notify` watch on *directories* (not the files, whose watches
+/// - **Fast path and backstop.** A watch on *directories* (not the files, whose watches
 ///   die when a symlink is swapped) triggers a read at once, on the watcher's own thread, for
 ///   events on the paths that matter (the configured paths, the links met resolving them, the
 ///   files they resolve to), so a kubelet swap is served well under a millisecond after the
@@ -49,9 +52,12 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   missing its nearest existing ancestor (so a directory created late, or removed and laid out
 ///   again, is seen); the directory holding a directory symlink on the way; and the directory
 ///   each path resolves to (so in-place writes behind the kubelet's `..data` links, or behind a
-///   link into another directory, are seen). A kubelet volume (a `..data` link to a directory
-///   beside it) is watched whole, on Linux, so each new generation is watched as the kubelet
-///   makes it, before its swap. Working the layout out again after an event looks up only
+///   link into another directory, are seen). On Linux the watch is an inotify reader of our
+///   own, which asks for no read-only events (its own reads raise none) and watches a kubelet
+///   volume (a `..data` link to a directory beside it) as its directory and the current
+///   generation, moving that watch to the new generation itself when `..data` is swapped,
+///   before the read: the kubelet's writing of the next generation and its removal of the old
+///   one raise no events. Elsewhere `notify` watches. Working the layout out again after an event looks up only
 ///   what the event named (the new `..data` and generation, not every directory from the
 ///   root); a read no event caused looks everything up again. The poll
 ///   ([`poll_interval`](FileSourceBuilder::poll_interval), default 10 s) stays as the backstop;

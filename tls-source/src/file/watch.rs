@@ -1,13 +1,16 @@
 //! The notify fast path: which directories to watch as the layout stands, and following it.
 
+#[cfg(not(target_os = "linux"))]
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
+use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
+#[cfg(not(target_os = "linux"))]
+use notify::RecommendedWatcher;
 use tokio::time::Instant;
 
 use super::{Config, out_of_descriptors};
@@ -59,20 +62,28 @@ pub(super) struct Watching {
 }
 
 struct Watch {
-    watcher: RecommendedWatcher,
+    watcher: Backend,
     watched: BTreeMap<PathBuf, Dir>,
 }
+
+/// What watches: on Linux our own inotify reader ([`super::inotify`]), which asks for no
+/// read-only events and moves a kubelet volume's watch to each new generation on its own
+/// thread; elsewhere notify's watcher.
+#[cfg(target_os = "linux")]
+type Backend = super::inotify::Watcher;
+#[cfg(not(target_os = "linux"))]
+type Backend = NotifyWatcher;
 
 /// A directory to watch, as it was when the layout was worked out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Dir {
     /// Its identity: a directory removed and re-created is a new one, watched again.
     id: DirId,
-    /// Whether the directories below it are watched with it, those made later included: a
-    /// kubelet volume, whose every new generation is then watched by notify's own thread as
-    /// it is made, before the `..data` swap, rather than by a round trip to that thread after
-    /// each rotation.
-    recursive: bool,
+    /// A kubelet volume (Linux): watched with the generation its `..data` leads to, and the
+    /// directories below that generation. The watcher's own thread moves that watch when an
+    /// event names `..data`, before the read ([`super::inotify`]): no round trip after each
+    /// rotation, and no events from the generations being written or removed.
+    volume: bool,
 }
 
 impl Watching {
@@ -105,7 +116,7 @@ impl Watching {
     pub(super) fn follow(&mut self, targets: Targets) -> bool {
         let targets = targets.dirs;
         if self.watch.is_none() {
-            match new_watcher(Arc::clone(&self.reads)) {
+            match Backend::new(Arc::clone(&self.reads)) {
                 Ok(watcher) => {
                     self.watch = Some(Watch {
                         watcher,
@@ -132,7 +143,7 @@ impl Watching {
             // A removed directory's watch went with it (unwatching it would only have notify
             // log that it cannot); a replaced one's is dropped here.
             if dir.exists() {
-                let _ = watch.watcher.unwatch(&dir);
+                watch.watcher.unwatch(&dir);
             }
             watch.watched.remove(&dir);
         }
@@ -142,14 +153,9 @@ impl Watching {
             if watch.watched.contains_key(&path) {
                 continue;
             }
-            let mode = if dir.recursive {
-                RecursiveMode::Recursive
-            } else {
-                RecursiveMode::NonRecursive
-            };
-            match watch.watcher.watch(&path, mode) {
+            match watch.watcher.watch(&path, dir.volume) {
                 Ok(()) => {
-                    tracing::debug!(dir = %path.display(), recursive = dir.recursive, "watching");
+                    tracing::debug!(dir = %path.display(), volume = dir.volume, "watching");
                     watch.watched.insert(path, dir);
                     grew = true;
                 }
@@ -169,7 +175,7 @@ impl Watching {
 
     /// Says once that a watch could not be set up, and schedules the next try: soon when file
     /// descriptors ran out, with backoff otherwise (inotify limits, an unsupported file system).
-    fn failed(&mut self, dir: &Path, err: &notify::Error) {
+    fn failed(&mut self, dir: &Path, err: &io::Error) {
         let (backoff, at) = self.retry.get_or_insert_with(|| {
             tracing::warn!(
                 error = %err,
@@ -182,7 +188,7 @@ impl Watching {
                 Instant::now(),
             )
         });
-        let starved = matches!(&err.kind, notify::ErrorKind::Io(io) if out_of_descriptors(io));
+        let starved = out_of_descriptors(err);
         let wait = if starved {
             STARVED_RETRY
         } else {
@@ -192,52 +198,91 @@ impl Watching {
     }
 }
 
-/// A watcher that reads, on its own thread, right after each event that may change what the
-/// source reads: no hop to another thread on the way to a rotation, which keeps it fast on a
-/// server whose runtime is busy. Events on other names (the kubelet's new timestamped directory
-/// and `..data_tmp` before the rename, the old generation removed after it, a neighbour's files)
-/// are ignored: a read they caused would only delay the one that matters.
-fn new_watcher(reads: Arc<dyn OnEvent>) -> notify::Result<RecommendedWatcher> {
-    // Links are not followed into: a recursive watch of a kubelet volume would otherwise
-    // watch the current generation a second time through `..data`, under a second name.
-    let config = notify::Config::default().with_follow_symlinks(false);
-    let handler = move |event: notify::Result<notify::Event>| {
-        let matters = match event {
-            Ok(event) if is_read_only(&event.kind) => false,
+/// What the watcher's thread does with the paths an event (or one read of several) names,
+/// before anything else: the layout's lookups of them and below them are stale; `unknown`
+/// (events were lost) makes every lookup stale. Then it reads, on this thread, if any path is
+/// one that matters or a directory above one: no hop to another thread on the way to a
+/// rotation, which keeps it fast on a server whose runtime is busy. Events on other names (the
+/// kubelet's new timestamped directory and `..data_tmp` before the rename, the old generation
+/// removed after it, a neighbour's files) are ignored: a read they caused would only delay the
+/// one that matters. Paths are absolute and normalised.
+pub(super) fn on_event<P: AsRef<Path>>(reads: &dyn OnEvent, paths: &[P], unknown: bool) {
+    for path in paths {
+        reads.changed(path.as_ref());
+    }
+    let unknown = unknown || paths.is_empty();
+    if unknown {
+        reads.lost();
+    }
+    let matters = unknown || {
+        let relevant = reads.relevant();
+        paths
+            .iter()
+            .any(|path| relevant.iter().any(|r| at_or_above(path.as_ref(), r)))
+    };
+    if matters {
+        reads.read();
+    }
+}
+
+/// notify's watcher, where inotify is not ours to read: every event handed to [`on_event`]
+/// on notify's thread, but for the read-only ones. A kubelet volume is not told apart there
+/// (only on Linux, see `is_volume_data`).
+#[cfg(not(target_os = "linux"))]
+struct NotifyWatcher(RecommendedWatcher);
+
+#[cfg(not(target_os = "linux"))]
+impl NotifyWatcher {
+    fn new(reads: Arc<dyn OnEvent>) -> io::Result<Self> {
+        use notify::Watcher as _;
+        // Links are not followed into: where a link leads is watched by its own path.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let handler = move |event: notify::Result<notify::Event>| match event {
+            Ok(event) if is_read_only(&event.kind) => {}
             Ok(event) => {
                 let paths: Vec<Cow<'_, Path>> = event
                     .paths
                     .iter()
                     .map(|path| plain(path).map_or_else(|| absolute(path).into(), Cow::Borrowed))
                     .collect();
-                for path in &paths {
-                    reads.changed(path);
-                }
-                let unknown = paths.is_empty() || event.need_rescan();
-                if unknown {
-                    reads.lost();
-                }
-                let relevant = reads.relevant();
-                unknown
-                    || paths
-                        .iter()
-                        .any(|path| relevant.iter().any(|r| at_or_above(path, r)))
+                on_event(&*reads, &paths, event.need_rescan());
             }
             // Queue overflow and the like: a read will sort it out.
-            Err(_) => {
-                reads.lost();
-                true
-            }
+            Err(_) => on_event::<&Path>(&*reads, &[], true),
         };
-        if matters {
-            reads.read();
-        }
-    };
-    RecommendedWatcher::new(handler, config)
+        RecommendedWatcher::new(handler, config)
+            .map(Self)
+            .map_err(notify_io)
+    }
+
+    fn watch(&mut self, dir: &Path, volume: bool) -> io::Result<()> {
+        use notify::Watcher as _;
+        let mode = if volume {
+            notify::RecursiveMode::Recursive
+        } else {
+            notify::RecursiveMode::NonRecursive
+        };
+        self.0.watch(dir, mode).map_err(notify_io)
+    }
+
+    fn unwatch(&mut self, dir: &Path) {
+        use notify::Watcher as _;
+        let _ = self.0.unwatch(dir);
+    }
+}
+
+/// notify's error as the I/O error it is, or carries.
+#[cfg(not(target_os = "linux"))]
+fn notify_io(err: notify::Error) -> io::Error {
+    match err.kind {
+        notify::ErrorKind::Io(io) => io,
+        _ => io::Error::other(err),
+    }
 }
 
 /// `path` as it is when it is already absolute and normalised, as the events of watches on
 /// absolute directories are: no allocation for most events.
+#[cfg(not(target_os = "linux"))]
 fn plain(path: &Path) -> Option<&Path> {
     let bytes = path.as_os_str().as_encoded_bytes();
     let dotted = bytes.ends_with(b"/.")
@@ -267,7 +312,9 @@ fn at_or_above(path: &Path, relevant: &Path) -> bool {
 /// Events that cannot change what is read: opens and read-only closes (our own reads cause
 /// them), and on Linux the `Both` half of a rename, which inotify's backend sends after the
 /// `From` and `To` halves it has already sent (one read per rename, not two).
-fn is_read_only(kind: &EventKind) -> bool {
+#[cfg(not(target_os = "linux"))]
+fn is_read_only(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
     use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
     match kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => false,
@@ -422,8 +469,8 @@ pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
     let mut targets = Targets::default();
     let mut add = |lookups: &mut Lookups, dir: PathBuf| {
         if let Some((dir, id)) = lookups.nearest_existing(dir) {
-            let recursive = false;
-            targets.dirs.insert(dir, Dir { id, recursive });
+            let volume = false;
+            targets.dirs.insert(dir, Dir { id, volume });
         }
     };
     let mut relevant = Vec::new();
@@ -450,14 +497,14 @@ pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
             relevant.push(real);
         }
     }
-    // A kubelet volume is watched whole: its generations come and go below it.
+    // A kubelet volume is watched as one: its directory and its current generation.
     for volume in std::mem::take(&mut lookups.volumes) {
         if let Some(meta) = lookups.metadata(&volume).filter(fs::Metadata::is_dir) {
             targets
                 .dirs
                 .retain(|dir, _| dir == &volume || !dir.starts_with(&volume));
-            let (id, recursive) = (DirId::of(&meta), true);
-            targets.dirs.insert(volume, Dir { id, recursive });
+            let id = DirId::of(&meta);
+            targets.dirs.insert(volume, Dir { id, volume: true });
         }
     }
     lookups.done();
@@ -468,8 +515,8 @@ pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
 }
 
 /// Whether the link at `link`, leading to `target`, is a kubelet volume's `..data`: named so,
-/// and leading to a directory beside it (the current generation). Watched whole on Linux only,
-/// where the kubelet runs and notify's recursive watch is one inotify watch per directory.
+/// and leading to a directory beside it (the current generation). Told apart on Linux only,
+/// where the kubelet runs and the watch is ours to move (`inotify.rs`).
 fn is_volume_data(link: &Path, target: &Path) -> bool {
     let mut parts = target.components();
     cfg!(target_os = "linux")
@@ -599,11 +646,11 @@ mod tests {
                 let real_dir = real.parent().unwrap();
                 if dir == kube.path() {
                     // The generation is watched with the volume, not on its own.
-                    assert!(found.dirs[dir].recursive, "{found:?}");
+                    assert!(found.dirs[dir].volume, "{found:?}");
                     assert!(!found.dirs.contains_key(real_dir), "{found:?}");
                     assert!(real_dir.starts_with(dir));
                 } else {
-                    assert!(!found.dirs[dir].recursive, "{found:?}");
+                    assert!(!found.dirs[dir].volume, "{found:?}");
                     assert!(found.dirs.contains_key(real_dir), "{found:?}");
                 }
             }
@@ -687,6 +734,7 @@ mod tests {
         assert_eq!(back, targets(&config, &mut Lookups::default()));
     }
 
+    #[cfg(not(target_os = "linux"))]
     #[test]
     fn plain_paths_are_taken_as_they_are() {
         assert!(plain(Path::new("/run/secrets/..data")).is_some());

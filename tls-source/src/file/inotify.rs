@@ -1,0 +1,485 @@
+//! The notify fast path's watcher on Linux: inotify, read on a thread of its own, for two
+//! things notify's watcher cannot do.
+//!
+//! - **It asks only for the events that can change what is read**: creations, removals,
+//!   renames, writes and attribute changes. No opens, reads or read-only closes: our own
+//!   reads, and anyone listing the directory, raise nothing here.
+//! - **It moves a kubelet volume's watch on its own thread.** A volume (a directory whose
+//!   `..data` link leads to a directory beside it) is watched as the volume's directory and
+//!   the generation `..data` leads to, with the directories below that generation. When an
+//!   event names `..data`, the watch of the old generation is dropped and the new one watched
+//!   right there, before the read the event causes; notify's watcher can only be changed
+//!   through its own thread, which is the one that would be waiting. So the kubelet's writing
+//!   of the next generation (before the swap) and its removal of the old one (after it) raise
+//!   no event here: a recursive watch of the volume took about a dozen per rotation, each one
+//!   waking this thread while the handshakes the rotation is for were starting, and each one
+//!   queued by the kernel in the writer's own system calls.
+//!
+//! What is watched is kept in one table, shared by the thread (which retargets volumes) and
+//! [`Watching`](super::watch::Watching) (which adds and drops directories as the layout
+//! changes).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::AsRawFd as _;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
+use mio::unix::SourceFd;
+use mio::{Interest, Poll, Token, Waker};
+
+use super::watch::{OnEvent, on_event};
+
+const EVENTS: Token = Token(0);
+const WAKE: Token = Token(1);
+
+/// How deep below a generation directories are watched (the kubelet nests a key's path, as in
+/// `sub/tls.crt`, inside the generation).
+const MAX_DEPTH: usize = 8;
+
+/// The events that can change what is read. Links are not followed: a watched path that is a
+/// link is watched as the link (where it leads is watched by its own path).
+fn mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::MODIFY
+        | WatchMask::CLOSE_WRITE
+        | WatchMask::ATTRIB
+        | WatchMask::MOVED_FROM
+        | WatchMask::MOVED_TO
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
+        | WatchMask::DONT_FOLLOW
+}
+
+/// An inotify instance and the thread that reads it; dropping it stops the thread.
+pub(super) struct Watcher {
+    table: Arc<Mutex<Table>>,
+    stop: Arc<AtomicBool>,
+    waker: Waker,
+}
+
+struct Table {
+    watches: Watches,
+    /// What each descriptor watches.
+    by_wd: HashMap<WatchDescriptor, Watched>,
+    /// Each directory watched through [`Watcher::watch`].
+    roots: HashMap<PathBuf, Root>,
+}
+
+struct Watched {
+    dir: PathBuf,
+    /// A kubelet volume's own directory: an event naming its `..data` moves the watch of its
+    /// generation.
+    volume: bool,
+}
+
+struct Root {
+    wd: WatchDescriptor,
+    /// For a kubelet volume: where `..data` led when last looked at, and the watches of that
+    /// generation (its directory and the ones below it).
+    generation: Option<Generation>,
+}
+
+#[derive(Default)]
+struct Generation {
+    target: Option<PathBuf>,
+    wds: Vec<WatchDescriptor>,
+}
+
+impl Watcher {
+    /// Starts the thread; `reads` hears of every event, as notify's handler did.
+    pub(super) fn new(reads: Arc<dyn OnEvent>) -> io::Result<Self> {
+        let inotify = Inotify::init()?;
+        let poll = Poll::new()?;
+        poll.registry().register(
+            &mut SourceFd(&inotify.as_raw_fd()),
+            EVENTS,
+            Interest::READABLE,
+        )?;
+        let waker = Waker::new(poll.registry(), WAKE)?;
+        let table = Arc::new(Mutex::new(Table {
+            watches: inotify.watches(),
+            by_wd: HashMap::new(),
+            roots: HashMap::new(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = Thread {
+            inotify,
+            poll,
+            table: Arc::clone(&table),
+            stop: Arc::clone(&stop),
+            reads,
+        };
+        // Detached: dropping the watcher wakes it to end (joining could wait on a read in
+        // progress, which may be waiting on whoever drops the watcher).
+        std::thread::Builder::new()
+            .name("tls-source inotify".into())
+            .spawn(move || thread.run())?;
+        Ok(Self { table, stop, waker })
+    }
+
+    /// Watches the directory `dir`; `volume`: a kubelet volume, watched with its current
+    /// generation.
+    pub(super) fn watch(&mut self, dir: &Path, volume: bool) -> io::Result<()> {
+        let mut table = lock(&self.table);
+        let table = &mut *table;
+        let wd = table.watches.add(dir, mask())?;
+        table.by_wd.insert(
+            wd.clone(),
+            Watched {
+                dir: dir.to_path_buf(),
+                volume,
+            },
+        );
+        let root = Root {
+            wd,
+            generation: volume.then(Generation::default),
+        };
+        if let Some(old) = table.roots.insert(dir.to_path_buf(), root) {
+            table.forget(old);
+        }
+        if volume {
+            table.retarget(dir);
+        }
+        Ok(())
+    }
+
+    /// Stops watching `dir` (and a volume's generation with it).
+    pub(super) fn unwatch(&mut self, dir: &Path) {
+        let mut table = lock(&self.table);
+        if let Some(root) = table.roots.remove(dir) {
+            table.forget(root);
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Err(err) = self.waker.wake() {
+            tracing::debug!(error = %err, "cannot wake the inotify thread to stop it");
+        }
+    }
+}
+
+fn lock(table: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    table.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Table {
+    /// Drops `root`'s watches (a removed directory's are gone already: the kernel says no).
+    fn forget(&mut self, root: Root) {
+        let generation = root.generation.map(|g| g.wds).unwrap_or_default();
+        for wd in std::iter::once(root.wd).chain(generation) {
+            self.by_wd.remove(&wd);
+            let _ = self.watches.remove(wd);
+        }
+    }
+
+    /// Watches the generation the volume `dir`'s `..data` leads to now, if it moved, and drops
+    /// the watch of the one before.
+    fn retarget(&mut self, dir: &Path) {
+        let target = std::fs::read_link(dir.join("..data"))
+            .ok()
+            .filter(|target| beside(target));
+        let Self {
+            watches,
+            by_wd,
+            roots,
+        } = self;
+        let Some(generation) = roots.get_mut(dir).and_then(|r| r.generation.as_mut()) else {
+            return;
+        };
+        if generation.target == target && !generation.wds.is_empty() {
+            return;
+        }
+        for wd in generation.wds.drain(..) {
+            by_wd.remove(&wd);
+            let _ = watches.remove(wd);
+        }
+        generation.target.clone_from(&target);
+        if let Some(target) = target {
+            watch_tree(watches, by_wd, &mut generation.wds, &dir.join(target), 0);
+        }
+    }
+}
+
+/// Whether a `..data` link's target is a directory beside it: one plain name.
+fn beside(target: &Path) -> bool {
+    let mut parts = target.components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(_)), None)
+    )
+}
+
+/// Watches `dir` and the directories below it (not through links), recording each watch.
+fn watch_tree(
+    watches: &mut Watches,
+    by_wd: &mut HashMap<WatchDescriptor, Watched>,
+    wds: &mut Vec<WatchDescriptor>,
+    dir: &Path,
+    depth: usize,
+) {
+    // Gone already (swapped again, or removed): the next event on `..data` looks again.
+    let Ok(wd) = watches.add(dir, mask()) else {
+        return;
+    };
+    by_wd.insert(
+        wd.clone(),
+        Watched {
+            dir: dir.to_path_buf(),
+            volume: false,
+        },
+    );
+    wds.push(wd);
+    if depth == MAX_DEPTH {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            watch_tree(watches, by_wd, wds, &entry.path(), depth + 1);
+        }
+    }
+}
+
+/// The reading thread's side.
+struct Thread {
+    inotify: Inotify,
+    poll: Poll,
+    table: Arc<Mutex<Table>>,
+    stop: Arc<AtomicBool>,
+    reads: Arc<dyn OnEvent>,
+}
+
+impl Thread {
+    fn run(mut self) {
+        // Room for many events per read; one needs at most 16 bytes and a 256-byte name.
+        let mut buffer = vec![0_u8; 64 * 1024];
+        let mut ready = mio::Events::with_capacity(2);
+        loop {
+            if let Err(err) = self.poll.poll(&mut ready, None) {
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!(error = %err, "cannot wait for file events; the poll backstop goes on");
+                return;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            // Edge-triggered: read until there is nothing left.
+            loop {
+                match self.inotify.read_events(&mut buffer) {
+                    Ok(events) => {
+                        let (paths, lost) = self.paths(events);
+                        on_event(&*self.reads, &paths, lost);
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                    Err(err) => {
+                        tracing::error!(error = %err, "cannot read file events; the poll backstop goes on");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The paths one read's events name, after moving the watch of each volume whose
+    /// `..data` they name; and whether events were lost (the kernel's queue overflowed).
+    fn paths(&self, events: inotify::Events<'_>) -> (Vec<PathBuf>, bool) {
+        let mut table = lock(&self.table);
+        let mut paths = Vec::new();
+        let mut volumes: Vec<PathBuf> = Vec::new();
+        let mut lost = false;
+        for event in events {
+            if event.mask.contains(EventMask::Q_OVERFLOW) {
+                lost = true;
+                continue;
+            }
+            if event.mask.contains(EventMask::IGNORED) {
+                // The watch is gone (its directory removed, or dropped here): a generation
+                // that lost it is watched again at the next event on `..data`.
+                table.by_wd.remove(&event.wd);
+                for generation in table
+                    .roots
+                    .values_mut()
+                    .filter_map(|r| r.generation.as_mut())
+                {
+                    generation.wds.retain(|wd| *wd != event.wd);
+                }
+                continue;
+            }
+            let Some(watched) = table.by_wd.get(&event.wd) else {
+                // A watch dropped since the event was queued (an old generation's).
+                continue;
+            };
+            let path = match event.name.filter(|name| !name.is_empty()) {
+                Some(name) => {
+                    if watched.volume
+                        && name == OsStr::new("..data")
+                        && !volumes.contains(&watched.dir)
+                    {
+                        volumes.push(watched.dir.clone());
+                    }
+                    watched.dir.join(name)
+                }
+                None => watched.dir.clone(),
+            };
+            paths.push(path);
+        }
+        for volume in volumes {
+            table.retarget(&volume);
+        }
+        (paths, lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use tls_test::{KubeDir, overwrite_in_place};
+
+    use super::*;
+
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// What the watcher's thread hands over: each path an event named, and each read it made.
+    struct Recorder {
+        relevant: Mutex<Vec<PathBuf>>,
+        seen: Mutex<mpsc::Sender<Seen>>,
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Path(PathBuf),
+        Read,
+    }
+
+    impl OnEvent for Recorder {
+        fn relevant(&self) -> MutexGuard<'_, Vec<PathBuf>> {
+            self.relevant.lock().unwrap()
+        }
+        fn changed(&self, path: &Path) {
+            let _ = self
+                .seen
+                .lock()
+                .unwrap()
+                .send(Seen::Path(path.to_path_buf()));
+        }
+        fn lost(&self) {}
+        fn read(&self) {
+            let _ = self.seen.lock().unwrap().send(Seen::Read);
+        }
+    }
+
+    /// Everything seen until an event names `marker`, a new file made by the test after what
+    /// it looks at: inotify keeps the order of events, so nothing earlier is still on its way.
+    /// The marker's own later events are dropped with it (it is removed, unwatched).
+    fn until(seen: &mpsc::Receiver<Seen>, marker: &Path) -> Vec<Seen> {
+        fs::write(marker, b"marker").unwrap();
+        let mut out = Vec::new();
+        loop {
+            let next = seen.recv_timeout(PATIENCE).expect("the marker's event");
+            if next == Seen::Path(marker.to_path_buf()) {
+                break;
+            }
+            out.push(next);
+        }
+        fs::remove_file(marker).unwrap();
+        // Its write, close and removal.
+        for _ in 0..3 {
+            let next = seen.recv_timeout(PATIENCE).expect("the marker's events");
+            assert_eq!(next, Seen::Path(marker.to_path_buf()));
+        }
+        out
+    }
+
+    fn under<'a>(seen: &'a [Seen], dir: &'a Path) -> impl Iterator<Item = &'a Path> + 'a {
+        seen.iter().filter_map(move |s| match s {
+            Seen::Path(path) if path.starts_with(dir) => Some(path.as_path()),
+            _ => None,
+        })
+    }
+
+    /// A kubelet volume is watched as its directory and its current generation: writing the
+    /// next generation and removing the old one raise no event of theirs, the swap of `..data`
+    /// moves the watch to the new generation (an in-place write there is seen), and our own
+    /// reads raise nothing.
+    #[test]
+    fn a_volume_is_watched_with_its_current_generation_only() {
+        let root = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(root.path()).unwrap();
+        let kube = KubeDir::new(root.join("kube")).unwrap();
+        kube.write(&[("tls.crt", b"one"), ("tls.key", b"one")])
+            .unwrap();
+        let data = kube.file("..data");
+        let (tx, seen) = mpsc::channel();
+        let reads = Arc::new(Recorder {
+            relevant: Mutex::new(vec![data.clone()]),
+            seen: Mutex::new(tx),
+        });
+        let mut watcher = Watcher::new(reads).unwrap();
+        watcher.watch(kube.path(), true).unwrap();
+        let first = kube.path().join(fs::read_link(&data).unwrap());
+        let marker = kube.file("marker");
+
+        // Reading the current generation's files raises nothing.
+        fs::read(first.join("tls.crt")).unwrap();
+        let read = until(&seen, &marker);
+        assert!(read.is_empty(), "{read:?}");
+
+        let staged = kube
+            .stage(&[("tls.crt", b"two"), ("tls.key", b"two")])
+            .unwrap();
+        let staging = until(&seen, &marker);
+        let second = fs::read_dir(kube.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.is_dir() && p != &first)
+            .expect("the staged generation");
+        assert_eq!(
+            under(&staging, &second).count(),
+            1,
+            "only its creation: {staging:?}"
+        );
+        assert!(!staging.contains(&Seen::Read), "{staging:?}");
+
+        staged.swap().unwrap();
+        staged.finish().unwrap();
+        let swap = until(&seen, &marker);
+        assert!(swap.contains(&Seen::Path(data.clone())), "{swap:?}");
+        assert!(swap.contains(&Seen::Read), "the swap is read: {swap:?}");
+        let old: Vec<_> = under(&swap, &first).collect();
+        assert_eq!(old, [first.as_path()], "only its removal: {swap:?}");
+
+        overwrite_in_place(&second.join("tls.crt"), b"three").unwrap();
+        let write = until(&seen, &marker);
+        assert!(
+            write.contains(&Seen::Path(second.join("tls.crt"))),
+            "the new generation is watched: {write:?}"
+        );
+
+        // Unwatched: the volume and its generation raise nothing more (what the test writes
+        // there comes before the marker in another watched directory).
+        watcher.unwatch(kube.path());
+        let other = root.join("other");
+        fs::create_dir(&other).unwrap();
+        watcher.watch(&other, false).unwrap();
+        overwrite_in_place(&second.join("tls.crt"), b"four").unwrap();
+        fs::write(&marker, b"unwatched").unwrap();
+        let after = until(&seen, &other.join("marker"));
+        assert_eq!(under(&after, kube.path()).count(), 0, "{after:?}");
+    }
+}
