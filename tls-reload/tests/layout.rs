@@ -102,6 +102,49 @@ async fn after_a_kubelet_swap_an_in_place_write_into_the_new_generation_is_serve
     h.expect_served(&c).await;
 }
 
+/// Keys nested in a projected volume (`sub/tls.crt`): the kubelet links `sub` to `..data/sub`.
+/// Swaps are served, and after each an in-place write into the new generation's `sub` (a
+/// directory below the generation, followed with the layout) is served too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_nested_below_a_kubelet_generation_are_followed_through_swaps() {
+    let ca = TestCa::new("layout nested");
+    let [a, b, c, d] = ca.leaves(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("tls")).unwrap();
+    let nested = |cert: &TestCert| {
+        kube.write(&[
+            ("sub/tls.crt", cert.chain_pem.as_bytes()),
+            ("sub/tls.key", cert.key_pem.as_bytes()),
+        ])
+        .unwrap();
+    };
+    nested(&a);
+    let (cert, key) = (
+        kube.path().join("sub/tls.crt"),
+        kube.path().join("sub/tls.key"),
+    );
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .spawn(watch_only(&cert, &key))
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let server = TestServer::start(reloader.resolver()).await;
+    assert_eq!(tls_test::served(server.addr()).await, a.fingerprint);
+
+    let mut generations = Vec::new();
+    for (swap, write) in [(&b, &c), (&d, &a)] {
+        nested(swap);
+        tls_test::expect_served(server.addr(), reloader.status(), common::installed, swap).await;
+        let real = fs::canonicalize(&cert).unwrap();
+        assert!(real.ends_with("sub/tls.crt"), "{}", real.display());
+        assert!(!generations.contains(&real), "a new generation each time");
+        generations.push(real.clone());
+        overwrite_in_place(&fs::canonicalize(&key).unwrap(), write.key_pem.as_bytes()).unwrap();
+        overwrite_in_place(&real, write.chain_pem.as_bytes()).unwrap();
+        tls_test::expect_served(server.addr(), reloader.status(), common::installed, write).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_retargeted_into_another_directory_are_followed_there() {
     let ca = TestCa::new("layout links");

@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -73,6 +73,10 @@ impl KubeDir {
         fs::create_dir(&gen_dir)?;
         for (name, content) in files {
             let path = gen_dir.join(name);
+            // A nested key (`sub/tls.crt`) is written below the generation.
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent)?;
+            }
             fs::write(&path, content)?;
             set_mode(&path, if name.ends_with(".key") { 0o600 } else { 0o644 })?;
         }
@@ -119,16 +123,21 @@ impl Staged {
         fs::rename(&tmp, self.dir.join("..data"))
     }
 
-    /// What the kubelet does after the swap: links for new names, the links of names the new
-    /// set no longer has removed, and the previous generation's directory removed.
+    /// What the kubelet does after the swap: links for new names (for a nested key such as
+    /// `sub/tls.crt`, a link of its first component, `sub -> ..data/sub`), the links of names
+    /// the new set no longer has removed, and the previous generation's directory removed.
     ///
     /// # Errors
     /// Any I/O error.
     pub fn finish(self) -> io::Result<()> {
         for name in &self.names {
-            let visible = self.dir.join(name);
+            let top = Path::new(name).components().next().map_or_else(
+                || Path::new(name).to_path_buf(),
+                |first| Path::new(first.as_os_str()).to_path_buf(),
+            );
+            let visible = self.dir.join(&top);
             if fs::symlink_metadata(&visible).is_err() {
-                symlink(&Path::new("..data").join(name), &visible)?;
+                symlink(&Path::new("..data").join(&top), &visible)?;
             }
         }
         if let Some(old) = &self.old
@@ -137,7 +146,10 @@ impl Staged {
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 let visible = self.dir.join(&name);
-                if !self.names.iter().any(|n| name == n.as_str())
+                if !self
+                    .names
+                    .iter()
+                    .any(|n| Path::new(n).components().next() == Some(Component::Normal(&name)))
                     && fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
                 {
                     fs::remove_file(visible)?;

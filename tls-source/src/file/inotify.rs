@@ -1,21 +1,22 @@
-//! The notify fast path's watcher on Linux: inotify, read on a thread of its own, for two
-//! things notify's watcher cannot do.
+//! The watch on Linux: inotify, read on a thread of its own, for two things notify's watcher
+//! cannot do.
 //!
 //! - **It asks only for the events that can change what is read**: creations, removals,
 //!   renames, writes and attribute changes. No opens, reads or read-only closes: our own
 //!   reads, and anyone listing the directory, raise nothing here.
 //! - **It moves a kubelet volume's watch on its own thread.** A volume (a directory whose
-//!   `..data` link leads to a directory beside it) is watched as the volume's directory and
-//!   the generation `..data` leads to, with the directories below that generation. When an
-//!   event names `..data`, the watch of the old generation is dropped and the new one watched
-//!   right there, before the read the event causes; notify's watcher can only be changed
-//!   through its own thread, which is the one that would be waiting. So the kubelet's writing
-//!   of the next generation (before the swap) and its removal of the old one (after it) raise
-//!   no event here: a recursive watch of the volume took about a dozen per rotation, each one
-//!   waking this thread while the handshakes the rotation is for were starting, and each one
-//!   queued by the kernel in the writer's own system calls.
+//!   `..data` link leads to a directory beside it) is watched as its directory and the
+//!   generation `..data` leads to. When an event names `..data`, the old generation's watch is
+//!   dropped and the new one's added right there, before the read the event causes; notify's
+//!   watcher can only be changed through its own thread, the one that would be waiting. So the
+//!   kubelet's writing of the next generation (before the swap) and its removal of the old one
+//!   (after it) raise no event here: a recursive watch of the volume took about a dozen per
+//!   rotation, each one waking this thread while the handshakes the rotation is for were
+//!   starting, and each one queued by the kernel in the writer's own system calls. (A
+//!   directory below the generation, where a key's path nests as in `sub/tls.crt`, is a target
+//!   of its own, followed with the layout after the read.)
 //!
-//! What is watched is kept in one table, shared by the thread (which retargets volumes) and
+//! What is watched is kept in one table, shared by the thread (which moves generations) and
 //! [`Watching`](super::watch::Watching) (which adds and drops directories as the layout
 //! changes).
 
@@ -35,10 +36,6 @@ use super::watch::{OnEvent, on_event};
 
 const EVENTS: Token = Token(0);
 const WAKE: Token = Token(1);
-
-/// How deep below a generation directories are watched (the kubelet nests a key's path, as in
-/// `sub/tls.crt`, inside the generation).
-const MAX_DEPTH: usize = 8;
 
 /// The events that can change what is read. Links are not followed: a watched path that is a
 /// link is watched as the link (where it leads is watched by its own path).
@@ -79,15 +76,15 @@ struct Watched {
 
 struct Root {
     wd: WatchDescriptor,
-    /// For a kubelet volume: where `..data` led when last looked at, and the watches of that
-    /// generation (its directory and the ones below it).
+    /// For a kubelet volume: where `..data` led when last looked at, and that generation's
+    /// watch.
     generation: Option<Generation>,
 }
 
 #[derive(Default)]
 struct Generation {
     target: Option<PathBuf>,
-    wds: Vec<WatchDescriptor>,
+    wd: Option<WatchDescriptor>,
 }
 
 impl Watcher {
@@ -173,7 +170,7 @@ fn lock(table: &Mutex<Table>) -> MutexGuard<'_, Table> {
 impl Table {
     /// Drops `root`'s watches (a removed directory's are gone already: the kernel says no).
     fn forget(&mut self, root: Root) {
-        let generation = root.generation.map(|g| g.wds).unwrap_or_default();
+        let generation = root.generation.and_then(|g| g.wd);
         for wd in std::iter::once(root.wd).chain(generation) {
             self.by_wd.remove(&wd);
             let _ = self.watches.remove(wd);
@@ -194,16 +191,22 @@ impl Table {
         let Some(generation) = roots.get_mut(dir).and_then(|r| r.generation.as_mut()) else {
             return;
         };
-        if generation.target == target && !generation.wds.is_empty() {
+        if generation.target == target && generation.wd.is_some() {
             return;
         }
-        for wd in generation.wds.drain(..) {
+        if let Some(wd) = generation.wd.take() {
             by_wd.remove(&wd);
             let _ = watches.remove(wd);
         }
         generation.target.clone_from(&target);
-        if let Some(target) = target {
-            watch_tree(watches, by_wd, &mut generation.wds, &dir.join(target), 0);
+        // Gone already (swapped again, or removed): the next event on `..data` looks again.
+        if let Some(target) = target
+            && let path = dir.join(target)
+            && let Ok(wd) = watches.add(&path, mask())
+        {
+            let volume = false;
+            by_wd.insert(wd.clone(), Watched { dir: path, volume });
+            generation.wd = Some(wd);
         }
     }
 }
@@ -215,39 +218,6 @@ fn beside(target: &Path) -> bool {
         (parts.next(), parts.next()),
         (Some(Component::Normal(_)), None)
     )
-}
-
-/// Watches `dir` and the directories below it (not through links), recording each watch.
-fn watch_tree(
-    watches: &mut Watches,
-    by_wd: &mut HashMap<WatchDescriptor, Watched>,
-    wds: &mut Vec<WatchDescriptor>,
-    dir: &Path,
-    depth: usize,
-) {
-    // Gone already (swapped again, or removed): the next event on `..data` looks again.
-    let Ok(wd) = watches.add(dir, mask()) else {
-        return;
-    };
-    by_wd.insert(
-        wd.clone(),
-        Watched {
-            dir: dir.to_path_buf(),
-            volume: false,
-        },
-    );
-    wds.push(wd);
-    if depth == MAX_DEPTH {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            watch_tree(watches, by_wd, wds, &entry.path(), depth + 1);
-        }
-    }
 }
 
 /// The reading thread's side.
@@ -314,7 +284,9 @@ impl Thread {
                     .values_mut()
                     .filter_map(|r| r.generation.as_mut())
                 {
-                    generation.wds.retain(|wd| *wd != event.wd);
+                    if generation.wd.as_ref() == Some(&event.wd) {
+                        generation.wd = None;
+                    }
                 }
                 continue;
             }

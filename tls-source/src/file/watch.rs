@@ -140,11 +140,7 @@ impl Watching {
             .map(|(dir, _)| dir.clone())
             .collect();
         for dir in stale {
-            // A removed directory's watch went with it (unwatching it would only have notify
-            // log that it cannot); a replaced one's is dropped here.
-            if dir.exists() {
-                watch.watcher.unwatch(&dir);
-            }
+            watch.watcher.unwatch(&dir);
             watch.watched.remove(&dir);
         }
         let mut grew = false;
@@ -267,7 +263,11 @@ impl NotifyWatcher {
 
     fn unwatch(&mut self, dir: &Path) {
         use notify::Watcher as _;
-        let _ = self.0.unwatch(dir);
+        // A removed directory's watch went with it (unwatching it would only have notify log
+        // that it cannot); a replaced one's is dropped here.
+        if dir.exists() {
+            let _ = self.0.unwatch(dir);
+        }
     }
 }
 
@@ -497,12 +497,21 @@ pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
             relevant.push(real);
         }
     }
-    // A kubelet volume is watched as one: its directory and its current generation.
+    // A kubelet volume is watched as one: its directory and its current generation, which
+    // the watcher moves itself. Directories below the generation (a key's path such as
+    // `sub/tls.crt`) stay targets of their own; other paths into the volume are its links.
     for volume in std::mem::take(&mut lookups.volumes) {
         if let Some(meta) = lookups.metadata(&volume).filter(fs::Metadata::is_dir) {
-            targets
-                .dirs
-                .retain(|dir, _| dir == &volume || !dir.starts_with(&volume));
+            let generation = lookups
+                .read_link(&volume.join("..data"))
+                .map(|target| volume.join(target));
+            targets.dirs.retain(|dir, _| {
+                dir == &volume
+                    || !dir.starts_with(&volume)
+                    || generation
+                        .as_ref()
+                        .is_some_and(|g| dir != g && dir.starts_with(g))
+            });
             let id = DirId::of(&meta);
             targets.dirs.insert(volume, Dir { id, volume: true });
         }
