@@ -6,9 +6,11 @@
 //!   reads, and anyone listing the directory, raise nothing here.
 //! - **It moves a kubelet volume's watch on its own thread.** A volume (a directory whose
 //!   `..data` link leads to a directory beside it) is watched as its directory and the
-//!   generation `..data` leads to. When an event names `..data`, the old generation's watch is
-//!   dropped and the new one's added right there, before the read the event causes; notify's
-//!   watcher can only be changed through its own thread, the one that would be waiting. So the
+//!   generation `..data` leads to. When an event names `..data`, the new generation's watch is
+//!   added right there, before the read the event causes, and the old one's events are ignored
+//!   from then on (its watch is removed from the kernel after the read, which is slower than
+//!   adding one); notify's watcher can only be changed through its own thread, the one that
+//!   would be waiting. So the
 //!   kubelet's writing of the next generation (before the swap) and its removal of the old one
 //!   (after it) raise no event here: a recursive watch of the volume took about a dozen per
 //!   rotation, each one waking this thread while the handshakes the rotation is for were
@@ -139,8 +141,8 @@ impl Watcher {
         if let Some(old) = table.roots.insert(dir.to_path_buf(), root) {
             table.forget(old);
         }
-        if volume {
-            table.retarget(dir);
+        if volume && let Some(old) = table.retarget(dir) {
+            let _ = table.watches.remove(old);
         }
         Ok(())
     }
@@ -177,9 +179,11 @@ impl Table {
         }
     }
 
-    /// Watches the generation the volume `dir`'s `..data` leads to now, if it moved, and drops
-    /// the watch of the one before.
-    fn retarget(&mut self, dir: &Path) {
+    /// Watches the generation the volume `dir`'s `..data` leads to now, if it moved. The watch
+    /// of the one before leaves the table (its events are dropped from now on) and is returned,
+    /// for the caller to remove from the kernel when it has the time.
+    #[must_use = "the old generation's watch is still in the kernel"]
+    fn retarget(&mut self, dir: &Path) -> Option<WatchDescriptor> {
         let target = std::fs::read_link(dir.join("..data"))
             .ok()
             .filter(|target| beside(target));
@@ -188,15 +192,13 @@ impl Table {
             by_wd,
             roots,
         } = self;
-        let Some(generation) = roots.get_mut(dir).and_then(|r| r.generation.as_mut()) else {
-            return;
-        };
+        let generation = roots.get_mut(dir)?.generation.as_mut()?;
         if generation.target == target && generation.wd.is_some() {
-            return;
+            return None;
         }
-        if let Some(wd) = generation.wd.take() {
-            by_wd.remove(&wd);
-            let _ = watches.remove(wd);
+        let old = generation.wd.take();
+        if let Some(wd) = &old {
+            by_wd.remove(wd);
         }
         generation.target.clone_from(&target);
         // Gone already (swapped again, or removed): the next event on `..data` looks again.
@@ -208,6 +210,7 @@ impl Table {
             by_wd.insert(wd.clone(), Watched { dir: path, volume });
             generation.wd = Some(wd);
         }
+        old
     }
 }
 
@@ -249,8 +252,14 @@ impl Thread {
             loop {
                 match self.inotify.read_events(&mut buffer) {
                     Ok(events) => {
-                        let (paths, lost) = self.paths(events);
+                        let (paths, lost, old) = self.paths(events);
                         on_event(&*self.reads, &paths, lost);
+                        // After the read: the kernel's removal of a watch costs more than its
+                        // addition (it hands the mark to a kernel worker to free).
+                        let mut table = lock(&self.table);
+                        for wd in old {
+                            let _ = table.watches.remove(wd);
+                        }
                     }
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
@@ -264,8 +273,9 @@ impl Thread {
     }
 
     /// The paths one read's events name, after moving the watch of each volume whose
-    /// `..data` they name; and whether events were lost (the kernel's queue overflowed).
-    fn paths(&self, events: inotify::Events<'_>) -> (Vec<PathBuf>, bool) {
+    /// `..data` they name; whether events were lost (the kernel's queue overflowed); and the
+    /// old generations' watches, out of the table, still to remove from the kernel.
+    fn paths(&self, events: inotify::Events<'_>) -> (Vec<PathBuf>, bool, Vec<WatchDescriptor>) {
         let mut table = lock(&self.table);
         let mut paths = Vec::new();
         let mut volumes: Vec<PathBuf> = Vec::new();
@@ -308,10 +318,8 @@ impl Thread {
             };
             paths.push(path);
         }
-        for volume in volumes {
-            table.retarget(&volume);
-        }
-        (paths, lost)
+        let old = volumes.iter().filter_map(|v| table.retarget(v)).collect();
+        (paths, lost, old)
     }
 }
 
