@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsRawFd as _;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -34,7 +34,7 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token, Waker};
 
-use super::watch::{OnEvent, on_event};
+use super::watch::{OnEvent, beside, on_event};
 
 const EVENTS: Token = Token(0);
 const WAKE: Token = Token(1);
@@ -126,6 +126,11 @@ impl Watcher {
     pub(super) fn watch(&mut self, dir: &Path, volume: bool) -> io::Result<()> {
         let mut table = lock(&self.table);
         let table = &mut *table;
+        // Watched before (a directory replaced since): its old watches go first, so that a new
+        // watch of the same inode (the same descriptor) is not removed with them.
+        if let Some(old) = table.roots.remove(dir) {
+            table.forget(old);
+        }
         let wd = table.watches.add(dir, mask())?;
         table.by_wd.insert(
             wd.clone(),
@@ -138,9 +143,7 @@ impl Watcher {
             wd,
             generation: volume.then(Generation::default),
         };
-        if let Some(old) = table.roots.insert(dir.to_path_buf(), root) {
-            table.forget(old);
-        }
+        table.roots.insert(dir.to_path_buf(), root);
         if volume && let Some(old) = table.retarget(dir) {
             let _ = table.watches.remove(old);
         }
@@ -208,19 +211,15 @@ impl Table {
         {
             let volume = false;
             by_wd.insert(wd.clone(), Watched { dir: path, volume });
+            // The same inode under its new name (a generation renamed): one watch, kept.
+            let same = old.as_ref() == Some(&wd);
             generation.wd = Some(wd);
+            if same {
+                return None;
+            }
         }
         old
     }
-}
-
-/// Whether a `..data` link's target is a directory beside it: one plain name.
-fn beside(target: &Path) -> bool {
-    let mut parts = target.components();
-    matches!(
-        (parts.next(), parts.next()),
-        (Some(Component::Normal(_)), None)
-    )
 }
 
 /// The reading thread's side.
@@ -278,7 +277,7 @@ impl Thread {
     fn paths(&self, events: inotify::Events<'_>) -> (Vec<PathBuf>, bool, Vec<WatchDescriptor>) {
         let mut table = lock(&self.table);
         let mut paths = Vec::new();
-        let mut volumes: Vec<PathBuf> = Vec::new();
+        let mut old = Vec::new();
         let mut lost = false;
         for event in events {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
@@ -304,21 +303,21 @@ impl Thread {
                 // A watch dropped since the event was queued (an old generation's).
                 continue;
             };
-            let path = match event.name.filter(|name| !name.is_empty()) {
-                Some(name) => {
-                    if watched.volume
-                        && name == OsStr::new("..data")
-                        && !volumes.contains(&watched.dir)
-                    {
-                        volumes.push(watched.dir.clone());
-                    }
-                    watched.dir.join(name)
-                }
-                None => watched.dir.clone(),
+            let (path, moved) = match event.name.filter(|name| !name.is_empty()) {
+                Some(name) => (
+                    watched.dir.join(name),
+                    watched.volume && name == OsStr::new("..data"),
+                ),
+                None => (watched.dir.clone(), false),
             };
+            if moved {
+                // Here, not after the batch: the old generation's events that follow in it
+                // (the kubelet removing it) are dropped with its watch.
+                let volume = watched.dir.clone();
+                old.extend(table.retarget(&volume));
+            }
             paths.push(path);
         }
-        let old = volumes.iter().filter_map(|v| table.retarget(v)).collect();
         (paths, lost, old)
     }
 }
@@ -427,7 +426,7 @@ mod tests {
         let second = fs::read_dir(kube.path())
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|p| p.is_dir() && p != &first)
+            .find(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) && p != &first)
             .expect("the staged generation");
         assert_eq!(
             under(&staging, &second).count(),

@@ -265,6 +265,16 @@ impl Running {
         })
     }
 
+    /// Watches what `targets` says. A change made before a new watch was set is seen only by
+    /// reading again, if the files' stamps say there was one.
+    fn follow(&mut self, targets: Targets) {
+        if let Some(watching) = self.watching.as_mut()
+            && watching.follow(targets)
+        {
+            self.reads.spawn_recheck();
+        }
+    }
+
     /// Waits for one thing to happen and handles it: what a read found (the item to pass on,
     /// if any), or a reason to read (the poll, a trigger, a timer).
     async fn turn(&mut self) -> Option<Item> {
@@ -296,7 +306,8 @@ impl Running {
                     // What the read found is handled first: a consumer that polls again at
                     // once, as the reload task does to gather a batch, gets `Pending` here and
                     // installs the new certificate before the watches are moved (a few
-                    // syscalls through notify's thread, a hundred microseconds or more).
+                    // syscalls; through notify's thread where notify watches, a hundred
+                    // microseconds or more).
                     tokio::task::yield_now().await;
                     self.follow(targets);
                     None
@@ -323,18 +334,6 @@ impl Running {
                 self.reads.spawn(false);
                 None
             }
-        }
-    }
-}
-
-impl Running {
-    /// Watches what `targets` says. A change made before a new watch was set is seen only by
-    /// reading again, if the files' stamps say there was one.
-    fn follow(&mut self, targets: Targets) {
-        if let Some(watching) = self.watching.as_mut()
-            && watching.follow(targets)
-        {
-            self.reads.spawn_recheck();
         }
     }
 }

@@ -527,13 +527,19 @@ pub(super) fn targets(config: &Config, lookups: &mut Lookups) -> Targets {
 /// and leading to a directory beside it (the current generation). Told apart on Linux only,
 /// where the kubelet runs and the watch is ours to move (`inotify.rs`).
 fn is_volume_data(link: &Path, target: &Path) -> bool {
-    let mut parts = target.components();
     cfg!(target_os = "linux")
         && link.file_name() == Some(std::ffi::OsStr::new("..data"))
-        && matches!(
-            (parts.next(), parts.next()),
-            (Some(Component::Normal(_)), None)
-        )
+        && beside(target)
+}
+
+/// Whether a link's target is a directory beside the link: one plain name (as the kubelet's
+/// `..data` leads to its current generation).
+pub(super) fn beside(target: &Path) -> bool {
+    let mut parts = target.components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(_)), None)
+    )
 }
 
 /// Pushes `path` and, if resolving it meets a symlink, every path resolving goes through: the
