@@ -6,17 +6,19 @@
 //!   reads, and anyone listing the directory, raise nothing here.
 //! - **It moves a kubelet volume's watch on its own thread.** A volume (a directory whose
 //!   `..data` link leads to a directory beside it) is watched as its directory and the
-//!   generation `..data` leads to. When an event names `..data`, the new generation's watch is
-//!   added right there, before the read the event causes, and the old one's events are ignored
-//!   from then on (its watch is removed from the kernel after the read, which is slower than
-//!   adding one); notify's watcher can only be changed through its own thread, the one that
-//!   would be waiting. So the
+//!   generation `..data` leads to. When an event names `..data`, the old generation's events
+//!   are dropped from then on, and right after the read the event causes (the new certificate
+//!   is served by then) the new generation is watched, the old one's watch leaves the kernel,
+//!   and the files' stamps are checked once, so that a write between the read and the new
+//!   watch is read (adding and removing marks before the read cost the in-process swap its
+//!   lead). notify's watcher can only be changed through its own thread, the one that would be
+//!   waiting. So the
 //!   kubelet's writing of the next generation (before the swap) and its removal of the old one
 //!   (after it) raise no event here: a recursive watch of the volume took about a dozen per
 //!   rotation, each one waking this thread while the handshakes the rotation is for were
 //!   starting, and each one queued by the kernel in the writer's own system calls. (A
 //!   directory below the generation, where a key's path nests as in `sub/tls.crt`, is a target
-//!   of its own, followed with the layout after the read.)
+//!   of its own, followed with the layout.)
 //!
 //! What is watched is kept in one table, shared by the thread (which moves generations) and
 //! [`Watching`](super::watch::Watching) (which adds and drops directories as the layout
@@ -144,8 +146,10 @@ impl Watcher {
             generation: volume.then(Generation::default),
         };
         table.roots.insert(dir.to_path_buf(), root);
-        if volume && let Some(old) = table.retarget(dir) {
-            let _ = table.watches.remove(old);
+        if volume {
+            // A new root has no generation watch to drop; the layout's read follows.
+            let _ = table.detach(dir);
+            table.attach(dir);
         }
         Ok(())
     }
@@ -182,43 +186,51 @@ impl Table {
         }
     }
 
-    /// Watches the generation the volume `dir`'s `..data` leads to now, if it moved. The watch
-    /// of the one before leaves the table (its events are dropped from now on) and is returned,
-    /// for the caller to remove from the kernel when it has the time.
+    /// The volume `dir`'s `..data` names an event: if it leads elsewhere now, the old
+    /// generation's watch leaves the table (its events are dropped from now on) and is returned,
+    /// for the caller to remove from the kernel when it has the time, and the new generation
+    /// is to be watched ([`attach`](Self::attach)).
     #[must_use = "the old generation's watch is still in the kernel"]
-    fn retarget(&mut self, dir: &Path) -> Option<WatchDescriptor> {
+    fn detach(&mut self, dir: &Path) -> Option<WatchDescriptor> {
         let target = std::fs::read_link(dir.join("..data"))
             .ok()
             .filter(|target| beside(target));
+        let Self { by_wd, roots, .. } = self;
+        let generation = roots.get_mut(dir)?.generation.as_mut()?;
+        if generation.target == target && generation.wd.is_some() {
+            return None;
+        }
+        generation.target = target;
+        let old = generation.wd.take()?;
+        by_wd.remove(&old);
+        Some(old)
+    }
+
+    /// Watches the generation the volume `dir`'s `..data` led to when last looked at, unless
+    /// it is watched. Returns whether a watch was added.
+    fn attach(&mut self, dir: &Path) -> bool {
         let Self {
             watches,
             by_wd,
             roots,
         } = self;
-        let generation = roots.get_mut(dir)?.generation.as_mut()?;
-        if generation.target == target && generation.wd.is_some() {
-            return None;
+        let Some(generation) = roots.get_mut(dir).and_then(|r| r.generation.as_mut()) else {
+            return false;
+        };
+        if generation.wd.is_some() {
+            return false;
         }
-        let old = generation.wd.take();
-        if let Some(wd) = &old {
-            by_wd.remove(wd);
-        }
-        generation.target.clone_from(&target);
         // Gone already (swapped again, or removed): the next event on `..data` looks again.
-        if let Some(target) = target
-            && let path = dir.join(target)
-            && let Ok(wd) = watches.add(&path, mask())
-        {
-            let volume = false;
-            by_wd.insert(wd.clone(), Watched { dir: path, volume });
-            // The same inode under its new name (a generation renamed): one watch, kept.
-            let same = old.as_ref() == Some(&wd);
-            generation.wd = Some(wd);
-            if same {
-                return None;
-            }
-        }
-        old
+        let Some(path) = generation.target.as_ref().map(|target| dir.join(target)) else {
+            return false;
+        };
+        let Ok(wd) = watches.add(&path, mask()) else {
+            return false;
+        };
+        let volume = false;
+        by_wd.insert(wd.clone(), Watched { dir: path, volume });
+        generation.wd = Some(wd);
+        true
     }
 }
 
@@ -251,13 +263,10 @@ impl Thread {
             loop {
                 match self.inotify.read_events(&mut buffer) {
                     Ok(events) => {
-                        let (paths, lost, old) = self.paths(events);
+                        let (paths, lost, moved) = self.paths(events);
                         on_event(&*self.reads, &paths, lost);
-                        // After the read: the kernel's removal of a watch costs more than its
-                        // addition (it hands the mark to a kernel worker to free).
-                        let mut table = lock(&self.table);
-                        for wd in old {
-                            let _ = table.watches.remove(wd);
+                        if !moved.is_empty() {
+                            self.moved(moved);
                         }
                     }
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
@@ -271,13 +280,36 @@ impl Thread {
         }
     }
 
-    /// The paths one read's events name, after moving the watch of each volume whose
-    /// `..data` they name; whether events were lost (the kernel's queue overflowed); and the
-    /// old generations' watches, out of the table, still to remove from the kernel.
-    fn paths(&self, events: inotify::Events<'_>) -> (Vec<PathBuf>, bool, Vec<WatchDescriptor>) {
+    /// After the read that a swap of `..data` caused (the new certificate is served by then):
+    /// the new generations are watched, the old ones' watches leave the kernel (which hands
+    /// each mark to a kernel worker to free), and what a write made between the read and the
+    /// new watch is read now.
+    fn moved(&self, moved: Vec<(PathBuf, Option<WatchDescriptor>)>) {
+        let mut table = lock(&self.table);
+        let mut added = false;
+        for (volume, old) in moved {
+            added |= table.attach(&volume);
+            if let Some(old) = old {
+                let _ = table.watches.remove(old);
+            }
+        }
+        drop(table);
+        if added {
+            self.reads.recheck();
+        }
+    }
+
+    /// The paths one read's events name; whether events were lost (the kernel's queue
+    /// overflowed); and each volume whose `..data` they name, with its old generation's
+    /// watch, out of the table from that event on, still to remove from the kernel.
+    #[allow(clippy::type_complexity)]
+    fn paths(
+        &self,
+        events: inotify::Events<'_>,
+    ) -> (Vec<PathBuf>, bool, Vec<(PathBuf, Option<WatchDescriptor>)>) {
         let mut table = lock(&self.table);
         let mut paths = Vec::new();
-        let mut old = Vec::new();
+        let mut moved = Vec::new();
         let mut lost = false;
         for event in events {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
@@ -303,22 +335,23 @@ impl Thread {
                 // A watch dropped since the event was queued (an old generation's).
                 continue;
             };
-            let (path, moved) = match event.name.filter(|name| !name.is_empty()) {
+            let (path, swapped) = match event.name.filter(|name| !name.is_empty()) {
                 Some(name) => (
                     watched.dir.join(name),
                     watched.volume && name == OsStr::new("..data"),
                 ),
                 None => (watched.dir.clone(), false),
             };
-            if moved {
+            if swapped {
                 // Here, not after the batch: the old generation's events that follow in it
                 // (the kubelet removing it) are dropped with its watch.
                 let volume = watched.dir.clone();
-                old.extend(table.retarget(&volume));
+                let old = table.detach(&volume);
+                moved.push((volume, old));
             }
             paths.push(path);
         }
-        (paths, lost, old)
+        (paths, lost, moved)
     }
 }
 
@@ -344,6 +377,8 @@ mod tests {
     enum Seen {
         Path(PathBuf),
         Read,
+        /// A new generation watched after the read.
+        Recheck,
     }
 
     impl OnEvent for Recorder {
@@ -360,6 +395,9 @@ mod tests {
         fn lost(&self) {}
         fn read(&self) {
             let _ = self.seen.lock().unwrap().send(Seen::Read);
+        }
+        fn recheck(&self) {
+            let _ = self.seen.lock().unwrap().send(Seen::Recheck);
         }
     }
 
@@ -440,6 +478,7 @@ mod tests {
         let swap = until(&seen, &marker);
         assert!(swap.contains(&Seen::Path(data.clone())), "{swap:?}");
         assert!(swap.contains(&Seen::Read), "the swap is read: {swap:?}");
+        assert!(swap.contains(&Seen::Recheck), "then re-checked: {swap:?}");
         let old: Vec<_> = under(&swap, &first).collect();
         assert_eq!(old, [first.as_path()], "only its removal: {swap:?}");
 

@@ -55,8 +55,8 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   link into another directory, are seen). On Linux the watch is an inotify reader of our
 ///   own, which asks for no read-only events (its own reads raise none) and watches a kubelet
 ///   volume (a `..data` link to a directory beside it) as its directory and the current
-///   generation, moving that watch to the new generation itself when `..data` is swapped,
-///   before the read: the kubelet's writing of the next generation and its removal of the old
+///   generation, moving that watch to the new generation itself when `..data` is swapped
+///   (right after the read, with a check of the files' stamps): the kubelet's writing of the next generation and its removal of the old
 ///   one raise no events. Elsewhere `notify` watches. Working the layout out again after an event looks up only
 ///   what the event named (the new `..data` and generation, not every directory from the
 ///   root); a read no event caused looks everything up again. The poll

@@ -174,16 +174,19 @@ impl Reads {
     /// read nor a layout to work out again.
     fn spawn_recheck(&self) {
         let reads = self.clone();
-        drop(tokio::task::spawn_blocking(move || {
-            let unchanged = reads
-                .reader
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .unchanged();
-            if !unchanged {
-                reads.read_here(false, false);
-            }
-        }));
+        drop(tokio::task::spawn_blocking(move || reads.recheck_here()));
+    }
+
+    /// Reads if any file's stamp changed since the last read, on the calling thread.
+    fn recheck_here(&self) {
+        let unchanged = self
+            .reader
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unchanged();
+        if !unchanged {
+            self.read_here(false, false);
+        }
     }
 
     /// Reads on a blocking thread (`spawn_blocking`), off the runtime's workers: a slow network
@@ -217,6 +220,10 @@ impl watch::OnEvent for Reads {
 
     fn read(&self) {
         self.read_here(false, true);
+    }
+
+    fn recheck(&self) {
+        self.recheck_here();
     }
 }
 

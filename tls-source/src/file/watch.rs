@@ -47,6 +47,9 @@ pub(super) trait OnEvent: Send + Sync + 'static {
     fn lost(&self);
     /// Reads now, on the calling thread (the watcher's), after an event.
     fn read(&self);
+    /// A watch was just added: reads again, on the calling thread, if the files' stamps say
+    /// they changed since the last read (what the new watch could have missed).
+    fn recheck(&self);
 }
 
 /// The watch of a running source: the notify watcher, what it watches, and, when part of it
@@ -79,10 +82,10 @@ type Backend = NotifyWatcher;
 pub(super) struct Dir {
     /// Its identity: a directory removed and re-created is a new one, watched again.
     id: DirId,
-    /// A kubelet volume (Linux): watched with the generation its `..data` leads to, and the
-    /// directories below that generation. The watcher's own thread moves that watch when an
-    /// event names `..data`, before the read ([`super::inotify`]): no round trip after each
-    /// rotation, and no events from the generations being written or removed.
+    /// A kubelet volume (Linux): watched with the generation its `..data` leads to. The
+    /// watcher's own thread moves that watch when an event names `..data`, right after the
+    /// read ([`super::inotify`]): no round trip after each rotation, and no events from the
+    /// generations being written or removed.
     volume: bool,
 }
 
