@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{Harness, Mode, write_kube};
 use tls_reload::{Policy, Purpose, Reloader, Roots, Validator};
-use tls_test::{PATIENCE, TestCa, TestCert, TestServer};
+use tls_test::{KubeDir, PATIENCE, TestCa, TestCert, TestServer};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -16,6 +16,20 @@ fn write_pem(h: &Harness, chain: &str, key: &str) {
     h.kube
         .write(&[("tls.crt", chain.as_bytes()), ("tls.key", key.as_bytes())])
         .unwrap();
+}
+
+/// `first` in a kubelet-style directory (in the returned temporary one), served by a reloader
+/// with `policy` that is ready.
+async fn kube_reloader(first: &TestCert, policy: Policy) -> (tempfile::TempDir, KubeDir, Reloader) {
+    let dir = tempfile::tempdir().unwrap();
+    let (kube, source) = common::kube_source(dir.path(), "tls", first);
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .policy(policy)
+        .spawn(source)
+        .unwrap();
+    reloader.ready_timeout(PATIENCE).await.unwrap();
+    (dir, kube, reloader)
 }
 
 /// Writes a bad chain and checks it is refused with an error containing `expected` while `good`
@@ -77,14 +91,11 @@ async fn chains_that_clients_refuse_are_refused_saying_why() {
 async fn a_chain_over_the_byte_limit_is_refused_naming_the_limit() {
     let ca = TestCa::new("bytes");
     let good = ca.leaf(&["localhost"]);
-    let dir = tempfile::tempdir().unwrap();
-    let (kube, source) = common::kube_source(dir.path(), "tls", &good);
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .policy(Policy::default().max_chain_len(1000).max_chain_bytes(4096))
-        .spawn(source)
-        .unwrap();
-    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let (_dir, kube, reloader) = kube_reloader(
+        &good,
+        Policy::default().max_chain_len(1000).max_chain_bytes(4096),
+    )
+    .await;
     let leaf = ca.leaf(&["localhost"]);
     let big = format!("{}{}", leaf.cert_pem, ca.cert_pem().repeat(20));
     kube.write(&[
@@ -198,14 +209,11 @@ async fn the_served_certificate_expiring_is_visible_in_the_status() {
         now - Duration::from_secs(3600),
         now + Duration::from_secs(4),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let (kube, source) = common::kube_source(dir.path(), "tls", &short);
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .policy(Policy::default().expiry_warning(Duration::from_secs(2)))
-        .spawn(source)
-        .unwrap();
-    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let (_dir, kube, reloader) = kube_reloader(
+        &short,
+        Policy::default().expiry_warning(Duration::from_secs(2)),
+    )
+    .await;
     let status = reloader.status().borrow().clone();
     assert!(!status.expiring && !status.expired, "{status:?}");
     assert!(status.last_error.is_none());
@@ -244,14 +252,11 @@ async fn the_served_certificate_expiring_is_visible_in_the_status() {
 async fn a_rotation_to_a_certificate_that_expires_sooner_reports_its_expiry() {
     let ca = TestCa::new("expiry");
     let long = ca.leaf(&["localhost"]);
-    let dir = tempfile::tempdir().unwrap();
-    let (kube, source) = common::kube_source(dir.path(), "tls", &long);
-    let reloader = Reloader::builder()
-        .crypto_provider(common::provider())
-        .policy(Policy::default().expiry_warning(Duration::from_secs(2)))
-        .spawn(source)
-        .unwrap();
-    reloader.ready_timeout(PATIENCE).await.unwrap();
+    let (_dir, kube, reloader) = kube_reloader(
+        &long,
+        Policy::default().expiry_warning(Duration::from_secs(2)),
+    )
+    .await;
 
     let now = SystemTime::now();
     let short = ca.leaf_valid(
