@@ -234,6 +234,10 @@ impl Table {
     }
 }
 
+/// A volume whose `..data` an event named, and its old generation's watch (out of the table,
+/// still in the kernel).
+type Moved = (PathBuf, Option<WatchDescriptor>);
+
 /// The reading thread's side.
 struct Thread {
     inotify: Inotify,
@@ -284,7 +288,7 @@ impl Thread {
     /// the new generations are watched, the old ones' watches leave the kernel (which hands
     /// each mark to a kernel worker to free), and what a write made between the read and the
     /// new watch is read now.
-    fn moved(&self, moved: Vec<(PathBuf, Option<WatchDescriptor>)>) {
+    fn moved(&self, moved: Vec<Moved>) {
         let mut table = lock(&self.table);
         let mut added = false;
         for (volume, old) in moved {
@@ -302,11 +306,7 @@ impl Thread {
     /// The paths one read's events name; whether events were lost (the kernel's queue
     /// overflowed); and each volume whose `..data` they name, with its old generation's
     /// watch, out of the table from that event on, still to remove from the kernel.
-    #[allow(clippy::type_complexity)]
-    fn paths(
-        &self,
-        events: inotify::Events<'_>,
-    ) -> (Vec<PathBuf>, bool, Vec<(PathBuf, Option<WatchDescriptor>)>) {
+    fn paths(&self, events: inotify::Events<'_>) -> (Vec<PathBuf>, bool, Vec<Moved>) {
         let mut table = lock(&self.table);
         let mut paths = Vec::new();
         let mut moved = Vec::new();
