@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -131,13 +131,9 @@ impl Staged {
     /// Any I/O error.
     pub fn finish(self) -> io::Result<()> {
         for name in &self.names {
-            let top = Path::new(name).components().next().map_or_else(
-                || Path::new(name).to_path_buf(),
-                |first| Path::new(first.as_os_str()).to_path_buf(),
-            );
-            let visible = self.dir.join(&top);
+            let visible = self.dir.join(top(name));
             if fs::symlink_metadata(&visible).is_err() {
-                symlink(&Path::new("..data").join(&top), &visible)?;
+                symlink(&Path::new("..data").join(top(name)), &visible)?;
             }
         }
         if let Some(old) = &self.old
@@ -146,10 +142,7 @@ impl Staged {
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 let visible = self.dir.join(&name);
-                if !self
-                    .names
-                    .iter()
-                    .any(|n| Path::new(n).components().next() == Some(Component::Normal(&name)))
+                if !self.names.iter().any(|n| top(n) == Path::new(&name))
                     && fs::symlink_metadata(&visible).is_ok_and(|m| m.file_type().is_symlink())
                 {
                     fs::remove_file(visible)?;
@@ -164,6 +157,15 @@ impl Staged {
         }
         Ok(())
     }
+}
+
+/// The name the kubelet links in the volume for the key `name`: its first component (`sub`
+/// for `sub/tls.crt`).
+fn top(name: &str) -> &Path {
+    Path::new(name)
+        .iter()
+        .next()
+        .map_or(Path::new(name), Path::new)
 }
 
 /// Overwrites `path` in place (truncate and write, same inode), as `cp new tls.crt` does.

@@ -65,17 +65,10 @@ pub(super) struct Watcher {
 
 struct Table {
     watches: Watches,
-    /// What each descriptor watches.
-    by_wd: HashMap<WatchDescriptor, Watched>,
+    /// The directory each descriptor watches.
+    by_wd: HashMap<WatchDescriptor, PathBuf>,
     /// Each directory watched through [`Watcher::watch`].
     roots: HashMap<PathBuf, Root>,
-}
-
-struct Watched {
-    dir: PathBuf,
-    /// A kubelet volume's own directory: an event naming its `..data` moves the watch of its
-    /// generation.
-    volume: bool,
 }
 
 struct Root {
@@ -134,13 +127,7 @@ impl Watcher {
             table.forget(old);
         }
         let wd = table.watches.add(dir, mask())?;
-        table.by_wd.insert(
-            wd.clone(),
-            Watched {
-                dir: dir.to_path_buf(),
-                volume,
-            },
-        );
+        table.by_wd.insert(wd.clone(), dir.to_path_buf());
         let root = Root {
             wd,
             generation: volume.then(Generation::default),
@@ -227,8 +214,7 @@ impl Table {
         let Ok(wd) = watches.add(&path, mask()) else {
             return false;
         };
-        let volume = false;
-        by_wd.insert(wd.clone(), Watched { dir: path, volume });
+        by_wd.insert(wd.clone(), path);
         generation.wd = Some(wd);
         true
     }
@@ -331,25 +317,27 @@ impl Thread {
                 }
                 continue;
             }
-            let Some(watched) = table.by_wd.get(&event.wd) else {
+            let Some(dir) = table.by_wd.get(&event.wd) else {
                 // A watch dropped since the event was queued (an old generation's).
                 continue;
             };
-            let (path, swapped) = match event.name.filter(|name| !name.is_empty()) {
-                Some(name) => (
-                    watched.dir.join(name),
-                    watched.volume && name == OsStr::new("..data"),
-                ),
-                None => (watched.dir.clone(), false),
+            let Some(name) = event.name.filter(|name| !name.is_empty()) else {
+                paths.push(dir.clone());
+                continue;
             };
-            if swapped {
-                // Here, not after the batch: the old generation's events that follow in it
-                // (the kubelet removing it) are dropped with its watch.
-                let volume = watched.dir.clone();
+            paths.push(dir.join(name));
+            // A volume's own watch naming its `..data`: here, not after the batch, so that
+            // the old generation's events that follow in it (the kubelet removing it) are
+            // dropped with its watch.
+            let volume = table
+                .roots
+                .get(dir)
+                .is_some_and(|root| root.wd == event.wd && root.generation.is_some());
+            if volume && name == OsStr::new("..data") {
+                let volume = dir.clone();
                 let old = table.detach(&volume);
                 moved.push((volume, old));
             }
-            paths.push(path);
         }
         (paths, lost, moved)
     }
