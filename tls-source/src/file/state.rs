@@ -110,24 +110,7 @@ impl Reads {
                 tracing::error!(panic = %message, "the consumer's inline hook panicked");
             }
         }
-        let inline = self.config.inline.get().is_some();
-        if !inline {
-            let _ = self.found.send(Found::Read {
-                item,
-                settling,
-                starved,
-                layout: None,
-            });
-            if found {
-                // The consumer was just woken, maybe onto this very core: let it take the
-                // item before this thread works out the layout (stat calls on every
-                // directory of it), which would otherwise run first and delay the install.
-                std::thread::yield_now();
-            }
-            if let Some(targets) = self.layout(after_event) {
-                let _ = self.found.send(Found::Layout(targets));
-            }
-        } else {
+        if self.config.inline.get().is_some() {
             // The hook has had the item (a bundle is installed already): what the stream
             // yields now is bookkeeping, so the item waits for the layout and both wake the
             // consumer once.
@@ -138,6 +121,22 @@ impl Reads {
                 starved,
                 layout,
             });
+            return;
+        }
+        let _ = self.found.send(Found::Read {
+            item,
+            settling,
+            starved,
+            layout: None,
+        });
+        if found {
+            // The consumer was just woken, maybe onto this very core: let it take the item
+            // before this thread works out the layout (stat calls on every directory of it),
+            // which would otherwise run first and delay the install.
+            std::thread::yield_now();
+        }
+        if let Some(targets) = self.layout(after_event) {
+            let _ = self.found.send(Found::Layout(targets));
         }
     }
 
@@ -222,6 +221,7 @@ impl watch::OnEvent for Reads {
         self.read_here(false, true);
     }
 
+    #[cfg(target_os = "linux")]
     fn recheck(&self) {
         self.recheck_here();
     }
