@@ -54,8 +54,8 @@ pub(super) trait OnEvent: Send + Sync + 'static {
     fn recheck(&self);
 }
 
-/// The watch of a running source: the notify watcher, what it watches, and, when part of it
-/// could not be set up, when to try again.
+/// The watch of a running source: the watcher (`inotify.rs` on Linux, notify's elsewhere), what
+/// it watches, and, when part of it could not be set up, when to try again.
 pub(super) struct Watching {
     /// What the watcher's thread reads with, right after an event that may be a change.
     reads: Arc<dyn OnEvent>,
