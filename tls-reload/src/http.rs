@@ -26,7 +26,6 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::task::TaskTracker;
 
 use crate::{Incoming, TlsInfo};
 
@@ -101,7 +100,7 @@ impl HttpServer {
     }
 
     /// Serves `service` on every connection of `incoming`, as [`serve_http`] does.
-    pub async fn serve<IO, S, B>(&self, mut incoming: Incoming<IO>, service: S)
+    pub async fn serve<IO, S, B>(&self, incoming: Incoming<IO>, service: S)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: tower_service::Service<
@@ -116,41 +115,41 @@ impl HttpServer {
         B::Data: Send,
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
-        use futures::StreamExt as _;
         let shutdown = incoming.cancellation_token().clone();
-        let connections = TaskTracker::new();
-        while let Some(Ok(conn)) = incoming.next().await {
-            let peer = conn.peer_addr();
-            let info = conn.info();
-            let close = conn.close_signal();
-            let service = WithInfo {
-                inner: service.clone(),
-                info,
-            };
-            let shutdown = shutdown.clone();
-            connections.spawn(async move {
-                let builder = auto::Builder::new(TokioExecutor::new());
-                let served = builder.serve_connection_with_upgrades(TokioIo::new(conn), service);
-                let mut served = std::pin::pin!(served);
-                let ended = tokio::select! {
-                    ended = served.as_mut() => ended,
-                    () = shutdown.cancelled() => {
-                        served.as_mut().graceful_shutdown();
-                        served.await
-                    }
-                    () = close => {
-                        tracing::debug!(?peer, "closing the connection gracefully");
-                        served.as_mut().graceful_shutdown();
-                        served.await
-                    }
+        // Each connection is served in the task that made its handshake.
+        let connections = incoming
+            .spawn_each(move |conn| {
+                let peer = conn.peer_addr();
+                let info = conn.info();
+                let close = conn.close_signal();
+                let service = WithInfo {
+                    inner: service.clone(),
+                    info,
                 };
-                if let Err(err) = ended {
-                    tracing::debug!(?peer, error = %err, "connection ended with an error");
+                let shutdown = shutdown.clone();
+                async move {
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    let served =
+                        builder.serve_connection_with_upgrades(TokioIo::new(conn), service);
+                    let mut served = std::pin::pin!(served);
+                    let ended = tokio::select! {
+                        ended = served.as_mut() => ended,
+                        () = shutdown.cancelled() => {
+                            served.as_mut().graceful_shutdown();
+                            served.await
+                        }
+                        () = close => {
+                            tracing::debug!(?peer, "closing the connection gracefully");
+                            served.as_mut().graceful_shutdown();
+                            served.await
+                        }
+                    };
+                    if let Err(err) = ended {
+                        tracing::debug!(?peer, error = %err, "connection ended with an error");
+                    }
                 }
-            });
-        }
-        drop(incoming);
-        connections.close();
+            })
+            .await;
         if tokio::time::timeout(self.drain, connections.wait())
             .await
             .is_err()

@@ -137,33 +137,49 @@ async fn a_handshake_that_panics_drops_that_connection_only() {
         .crypto_provider(provider())
         .spawn(source)
         .unwrap();
-    let mut config = reloader.server_config().unwrap();
-    config.key_log = Arc::new(PanicOnce::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut incoming = tls_reload::Incoming::builder(&reloader)
-        .server_config(config)
-        .listen(listener)
-        .unwrap();
-    let accepted = tokio::spawn(async move {
-        let mut peers = 0;
-        while let Some(Ok(_conn)) = incoming.next().await {
-            peers += 1;
-            if peers == 1 {
-                break;
+    // Through the stream, then through `spawn_each` (the handshake in a task of its own).
+    for spawn_each in [false, true] {
+        let mut config = reloader.server_config().unwrap();
+        config.key_log = Arc::new(PanicOnce::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = tls_reload::Incoming::builder(&reloader)
+            .server_config(config)
+            .listen(listener)
+            .unwrap();
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&served);
+        let accepting = tokio::spawn(async move {
+            if spawn_each {
+                let _ = incoming
+                    .spawn_each(move |_conn| async move {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .await;
+            } else {
+                while let Some(Ok(_conn)) = incoming.next().await {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
             }
-        }
-        peers
-    });
+        });
 
-    assert!(
-        tls_test::served_as(addr, "localhost").await.is_err(),
-        "the first handshake panicked: that connection is dropped"
-    );
-    assert_eq!(
-        tls_test::served(addr).await,
-        leaf.fingerprint,
-        "the next one is served"
-    );
-    assert_eq!(patiently("the stream went on", accepted).await.unwrap(), 1);
+        assert!(
+            tls_test::served_as(addr, "localhost").await.is_err(),
+            "the first handshake panicked: that connection is dropped"
+        );
+        assert_eq!(
+            tls_test::served(addr).await,
+            leaf.fingerprint,
+            "the next one is served"
+        );
+        patiently("the next connection is handed over", async {
+            while served.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert_eq!(served.load(Ordering::SeqCst), 1);
+        assert!(!accepting.is_finished(), "still accepting");
+        accepting.abort();
+    }
 }

@@ -11,7 +11,9 @@
 //! handshakes with no rotation (the floor under every swap figure, each of which ends with
 //! one); GAP_US microseconds between handshakes (0 by default) let each server finish what it
 //! does after a handshake (its tickets, its HTTP connection) before the other's is timed;
-//! `peer-compare --peer-server DIR` is internal.
+//! `library:MODE` in place of SERVE_BINARY serves with the library in this binary instead, each
+//! layer on its own (`loop`, `incoming`, `each`, `http`: see `library_mode`);
+//! `peer-compare --peer-server DIR` and `--ours-server MODE DIR` are internal.
 //! `PEER_COMPARE_LOGS=1` passes the servers' logs through (`RUST_LOG` sets ours).
 
 use std::io::{BufRead as _, BufReader};
@@ -29,6 +31,9 @@ const CAP: Duration = Duration::from_secs(5);
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--ours-server") {
+        return ours_server(&args[1], Path::new(&args[2]));
+    }
     if args.first().map(String::as_str) == Some("--peer-server") {
         return peer_server(Path::new(&args[1]));
     }
@@ -122,6 +127,13 @@ impl Drop for Running {
 
 fn start(server: Server, serve: &Path, dir: &Path) -> Option<Running> {
     let mut command = match server {
+        Server::Ours if library_mode(serve).is_some() => {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.arg("--ours-server")
+                .arg(library_mode(serve).unwrap())
+                .arg(dir);
+            c
+        }
         Server::Ours => {
             let mut c = Command::new(serve);
             c.arg("--cert-dir")
@@ -544,4 +556,54 @@ async fn handshakes(serve: &Path, n: usize, gap: Duration) {
         "ratio (ours / peer, median): {:.3}x",
         medians[0].as_secs_f64() / medians[1].as_secs_f64()
     );
+}
+
+/// `library:MODE` in place of SERVE_BINARY: the library in this process's binary, with no HTTP
+/// server unless MODE says so, to tell what each layer costs: `loop` (the peer's accept loop on
+/// `Reloader::server_config`), `incoming` (the `Incoming` stream, each connection dropped in a
+/// task of its own), `each` (`Incoming::spawn_each`, each dropped in its handshake's task),
+/// `http` (`http::serve_http`, as `serve` serves).
+fn library_mode(serve: &Path) -> Option<&str> {
+    serve.to_str()?.strip_prefix("library:")
+}
+
+/// Our library serving `dir` the `mode` [`library_mode`] names.
+fn ours_server(mode: &str, dir: &Path) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let reloader =
+            tls_reload::Reloader::spawn(tls_source::FileSource::kubernetes_dir(dir).build())
+                .unwrap();
+        reloader.ready().await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("listening on https://{}", listener.local_addr().unwrap());
+        if mode == "loop" {
+            let config = Arc::new(reloader.server_config().unwrap());
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let _ = acceptor.accept(tcp).await;
+                });
+            }
+        }
+        let incoming = reloader.incoming(listener).unwrap();
+        match mode {
+            "incoming" => {
+                use futures::StreamExt as _;
+                let mut incoming = incoming;
+                while let Some(Ok(conn)) = incoming.next().await {
+                    tokio::spawn(async move { drop(conn) });
+                }
+            }
+            "each" => drop(incoming.spawn_each(|conn| async move { drop(conn) }).await),
+            "http" => {
+                let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+                tls_reload::http::serve_http(incoming, app).await;
+            }
+            other => panic!("library:{other}: the modes are loop, incoming, each and http"),
+        }
+    });
 }
