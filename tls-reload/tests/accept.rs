@@ -455,3 +455,38 @@ async fn dropping_spawn_each_drops_its_handshakes_in_progress() {
         .unwrap();
     assert_eq!(said, b"bye\n");
 }
+
+#[tokio::test]
+async fn when_its_listener_ends_spawn_each_returns_and_the_handshakes_in_progress_finish() {
+    let cert = TestCa::new("ended").leaf(&["localhost"]);
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
+        .unwrap();
+    reloader.ready().await.unwrap();
+    // A listener of one connection whose client has not spoken yet.
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let incoming = Incoming::builder(&reloader)
+        .serve_stream(futures::stream::iter([Ok((server, None))]))
+        .unwrap();
+    let open = patiently(
+        "spawn_each returns",
+        incoming.spawn_each(|mut conn| async move {
+            let _ = conn.write_all(b"hello\n").await;
+            let _ = conn.shutdown().await;
+        }),
+    )
+    .await;
+    let connector =
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls_test::client_config()));
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = patiently("the handshake finishes", connector.connect(name, client))
+        .await
+        .unwrap();
+    let mut said = Vec::new();
+    patiently("hello", tls.read_to_end(&mut said))
+        .await
+        .unwrap();
+    assert_eq!(said, b"hello\n");
+    patiently("the tracked task ends", open.wait()).await;
+}

@@ -575,8 +575,8 @@ where
     /// connection the stream yields goes from its handshake's task to the task polling the
     /// stream, and then usually to a task of its own; here it stays where it is. That saves
     /// two wake-ups across threads per connection, about 2% of a loopback handshake
-    /// (`benches/peer-compare --handshakes`). [`http::serve_http`](crate::http::serve_http)
-    /// serves through it.
+    /// (`benches/peer-compare --handshakes`). `http::serve_http` (feature `hyper`) serves
+    /// through it.
     ///
     /// - When the token is cancelled, the handshakes in progress are dropped (as the stream
     ///   drops them) and this returns; the connections being served are `handler`'s to close
