@@ -42,6 +42,17 @@ fn serve(mut incoming: Incoming<TcpStream>, way: Way) -> tokio::task::JoinHandle
     })
 }
 
+/// A reloader serving one certificate for `localhost` from a CA named `ca`, ready.
+async fn serving_one(ca: &str) -> (Reloader, tls_test::TestCert) {
+    let cert = TestCa::new(ca).leaf(&["localhost"]);
+    let reloader = Reloader::builder()
+        .crypto_provider(provider())
+        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
+        .unwrap();
+    reloader.ready().await.unwrap();
+    (reloader, cert)
+}
+
 async fn answer(mut conn: TlsConnection<TcpStream>) {
     let alpn = conn.alpn_protocol().map(<[u8]>::to_vec).unwrap_or_default();
     let _ = conn.write_all(&alpn).await;
@@ -102,12 +113,7 @@ async fn a_connection_before_the_first_certificate_fails_fast_then_rotations_are
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_says_hello_is_dropped_at_the_time_out_and_others_are_served() {
     for way in WAYS {
-        let cert = TestCa::new("slow").leaf(&["localhost"]);
-        let reloader = Reloader::builder()
-            .crypto_provider(provider())
-            .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
-            .unwrap();
-        reloader.ready().await.unwrap();
+        let (reloader, cert) = serving_one("slow").await;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let incoming = Incoming::builder(&reloader)
@@ -335,12 +341,7 @@ async fn a_hook_takes_over_its_handshakes_before_ready_and_after_and_nothing_els
 /// time-out; a client behind it is served only once the slot is free, either way.
 #[tokio::test(start_paused = true)]
 async fn new_connections_wait_in_the_backlog_while_every_handshake_slot_is_taken() {
-    let cert = TestCa::new("slots").leaf(&["localhost"]);
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
-        .unwrap();
-    reloader.ready().await.unwrap();
+    let (reloader, cert) = serving_one("slots").await;
     let timeout = Duration::from_secs(60);
     for way in WAYS {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -376,12 +377,7 @@ async fn serving_each(
     tokio_rustls::client::TlsStream<TcpStream>,
     TcpStream,
 ) {
-    let cert = TestCa::new("each").leaf(&["localhost"]);
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
-        .unwrap();
-    reloader.ready().await.unwrap();
+    let (reloader, _) = serving_one("each").await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = Incoming::builder(&reloader)
@@ -458,12 +454,7 @@ async fn dropping_spawn_each_drops_its_handshakes_in_progress() {
 
 #[tokio::test]
 async fn when_its_listener_ends_spawn_each_returns_and_the_handshakes_in_progress_finish() {
-    let cert = TestCa::new("ended").leaf(&["localhost"]);
-    let reloader = Reloader::builder()
-        .crypto_provider(provider())
-        .spawn(futures::stream::iter([Ok(bundle(&cert))]).chain(futures::stream::pending()))
-        .unwrap();
-    reloader.ready().await.unwrap();
+    let (reloader, _) = serving_one("ended").await;
     // A listener of one connection whose client has not spoken yet.
     let (client, server) = tokio::io::duplex(64 * 1024);
     let incoming = Incoming::builder(&reloader)
