@@ -122,11 +122,12 @@ impl HttpServer {
                 let peer = conn.peer_addr();
                 let info = conn.info();
                 let close = conn.close_signal();
+                // This closure is a clone of its own, called once: `service` and `shutdown`
+                // are this connection's.
                 let service = WithInfo {
-                    inner: service.clone(),
+                    inner: service,
                     info,
                 };
-                let shutdown = shutdown.clone();
                 async move {
                     let builder = auto::Builder::new(TokioExecutor::new());
                     let served =
