@@ -126,22 +126,20 @@ impl Drop for Running {
 }
 
 fn start(server: Server, serve: &Path, dir: &Path) -> Option<Running> {
-    let mut command = match server {
-        Server::Ours if library_mode(serve).is_some() => {
+    let mut command = match (server, library_mode(serve)) {
+        (Server::Ours, Some(mode)) => {
             let mut c = Command::new(std::env::current_exe().unwrap());
-            c.arg("--ours-server")
-                .arg(library_mode(serve).unwrap())
-                .arg(dir);
+            c.arg("--ours-server").arg(mode).arg(dir);
             c
         }
-        Server::Ours => {
+        (Server::Ours, None) => {
             let mut c = Command::new(serve);
             c.arg("--cert-dir")
                 .arg(dir)
                 .args(["--listen", "127.0.0.1:0"]);
             c
         }
-        Server::Peer => {
+        (Server::Peer, _) => {
             let mut c = Command::new(std::env::current_exe().unwrap());
             c.arg("--peer-server").arg(dir);
             c

@@ -618,6 +618,7 @@ where
         let tasks = TaskTracker::new();
         let stop = self.token.child_token();
         let dropped = stop.clone().drop_guard();
+        let leftovers = handler.clone();
         let handler: Handler<IO> = Box::new(move || {
             let handler = handler.clone();
             Box::new(move |conn| handler(conn).boxed())
@@ -631,9 +632,7 @@ where
         // The stream now yields only what it started before: each handshake since goes on in
         // its own task.
         while let Some(Ok(conn)) = self.next().await {
-            if let Some(detached) = &self.detached {
-                tasks.spawn((detached.handler)()(conn));
-            }
+            tasks.spawn(leftovers.clone()(conn));
         }
         // Cancelled (the handshakes in progress are dropped with the token), or the listener
         // ended (they may still finish).
