@@ -78,7 +78,6 @@ struct Root {
     generation: Option<Generation>,
 }
 
-#[derive(Default)]
 struct Generation {
     target: Option<PathBuf>,
     wd: Option<WatchDescriptor>,
@@ -130,12 +129,14 @@ impl Watcher {
         table.by_wd.insert(wd.clone(), dir.to_path_buf());
         let root = Root {
             wd,
-            generation: volume.then(Generation::default),
+            generation: volume.then(|| Generation {
+                target: data_target(dir),
+                wd: None,
+            }),
         };
         table.roots.insert(dir.to_path_buf(), root);
         if volume {
-            // A new root has no generation watch to drop; the layout's read follows.
-            let _ = table.detach(dir);
+            // The layout's read follows.
             table.attach(dir);
         }
         Ok(())
@@ -179,9 +180,7 @@ impl Table {
     /// is to be watched ([`attach`](Self::attach)).
     #[must_use = "the old generation's watch is still in the kernel"]
     fn detach(&mut self, dir: &Path) -> Option<WatchDescriptor> {
-        let target = std::fs::read_link(dir.join("..data"))
-            .ok()
-            .filter(|target| beside(target));
+        let target = data_target(dir);
         let Self { by_wd, roots, .. } = self;
         let generation = roots.get_mut(dir)?.generation.as_mut()?;
         if generation.target == target && generation.wd.is_some() {
@@ -218,6 +217,13 @@ impl Table {
         generation.wd = Some(wd);
         true
     }
+}
+
+/// Where the volume `dir`'s `..data` leads now, if to a directory beside it.
+fn data_target(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_link(dir.join("..data"))
+        .ok()
+        .filter(|target| beside(target))
 }
 
 /// A volume whose `..data` an event named, and its old generation's watch (out of the table,
