@@ -409,10 +409,18 @@ mod tests {
             out.push(next);
         }
         fs::remove_file(marker).unwrap();
-        // Its write, close and removal.
-        for _ in 0..3 {
-            let next = seen.recv_timeout(PATIENCE).expect("the marker's events");
-            assert_eq!(next, Seen::Path(marker.to_path_buf()));
+        // Its write, close and removal. When the marker's creation came in one read with what
+        // the test looks at, the read and re-check that batch causes follow its paths: they
+        // come between the marker's events (about once in 60 runs) and belong to what was seen.
+        let mut left = 3;
+        while left > 0 {
+            match seen.recv_timeout(PATIENCE).expect("the marker's events") {
+                Seen::Path(path) => {
+                    assert_eq!(path, marker, "only the marker's events after it");
+                    left -= 1;
+                }
+                done => out.push(done),
+            }
         }
         out
     }
