@@ -9,21 +9,20 @@
 //!   generation `..data` leads to. When an event names `..data`, the old generation's watch
 //!   leaves the kernel at once, before the read: the kubelet removes that generation right
 //!   after the swap, and each removal in a watched directory is an event the kernel queues in
-//!   the remover's own system calls, ending with the watch's teardown (with the watch left
-//!   in place until after the read, the writer's removal took 5 to 13 µs longer than with
-//!   the peer's watch on the 2-core VM, 2 to 8 µs now: it often starts before this thread
-//!   wakes. Removing a mark is one quick system call; the kernel frees it later on a
-//!   worker). Right after the read the event causes (the new
-//!   certificate is served by then) the new generation is watched and the files' stamps are
-//!   checked once, so that a write between the read and the new watch is read (adding the
-//!   mark before the read cost the in-process swap its lead). notify's watcher can only be
-//!   changed through its own thread, the one that would be waiting. So the kubelet's writing
-//!   of the next generation (before the swap) and its removal of the old one (after it) raise
-//!   no event here: a recursive watch of the volume took about a dozen per rotation, each one
-//!   waking this thread while the handshakes the rotation is for were starting, and each one
-//!   queued by the kernel in the writer's own system calls. (A directory below the
-//!   generation, where a key's path nests as in `sub/tls.crt`, is a target of its own,
-//!   followed with the layout.)
+//!   the remover's own system calls, ending with the watch's teardown. (With the watch left
+//!   until after the read, the writer's removal took 5 to 17 µs longer than beside the peer's
+//!   watch on the 2-core VM; 1 to 9 µs now, as it often starts before this thread wakes.
+//!   Removing a mark is one quick system call; the kernel frees it later on a worker.) Right
+//!   after the read the event causes (the new certificate is served by then) the new
+//!   generation is watched and the files' stamps are checked once, so that a write between
+//!   the read and the new watch is read (adding the mark before the read cost the in-process
+//!   swap its lead). notify's watcher can only be changed through its own thread, the one
+//!   that would be waiting. So the kubelet's writing of the next generation (before the swap)
+//!   and its removal of the old one (after it) raise no event here: a recursive watch of the
+//!   volume took about a dozen per rotation, each one waking this thread while the handshakes
+//!   the rotation is for were starting, and each one queued by the kernel in the writer's own
+//!   system calls. (A directory below the generation, where a key's path nests as in
+//!   `sub/tls.crt`, is a target of its own, followed with the layout.)
 //!
 //! What is watched is kept in one table, shared by the thread (which moves generations) and
 //! [`Watching`](super::watch::Watching) (which adds and drops directories as the layout
@@ -185,12 +184,7 @@ impl Table {
     /// generation is to be watched ([`attach`](Self::attach)).
     fn detach(&mut self, dir: &Path) {
         let target = data_target(dir);
-        let Self {
-            watches,
-            by_wd,
-            roots,
-        } = self;
-        let Some(generation) = roots.get_mut(dir).and_then(|r| r.generation.as_mut()) else {
+        let Some(generation) = self.roots.get_mut(dir).and_then(|r| r.generation.as_mut()) else {
             return;
         };
         if generation.target == target && generation.wd.is_some() {
@@ -198,9 +192,9 @@ impl Table {
         }
         generation.target = target;
         if let Some(old) = generation.wd.take() {
-            by_wd.remove(&old);
+            self.by_wd.remove(&old);
             // Already gone if the generation was removed first (the kernel says so).
-            let _ = watches.remove(old);
+            let _ = self.watches.remove(old);
         }
     }
 
@@ -390,11 +384,12 @@ mod tests {
 
     fn inode(path: &Path) -> Inode {
         use std::os::unix::fs::MetadataExt as _;
-        let dev = fs::metadata(path).unwrap().dev();
+        let meta = fs::metadata(path).unwrap();
+        let dev = meta.dev();
         // The C library's device number, in the kernel's own encoding (as /proc shows it).
         let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
         let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-        ((major << 20) | minor, fs::metadata(path).unwrap().ino())
+        ((major << 20) | minor, meta.ino())
     }
 
     /// Every inode an inotify instance of this process watches, as the kernel lists them in
