@@ -119,14 +119,16 @@ async fn stop_ends_the_task_but_not_the_callers_token() {
 }
 
 /// Without a provider given or installed, the reloader uses the one its feature enables, or says
-/// clearly that there is none. (`cargo test --workspace` unifies features: the examples turn
-/// `ring` on.)
+/// clearly that there is none: with neither feature, which features there are; with both
+/// (`--all-features`), that neither is chosen. (`cargo test --workspace` unifies features: the
+/// examples turn `ring` on.)
 #[tokio::test]
 async fn without_a_provider_the_feature_decides() {
     let cert = TestCa::new("provider").leaf(&["localhost"]);
     let source = stream::iter(vec![Ok(bundle(&cert))]).chain(stream::pending());
     let spawned = Reloader::spawn(source);
-    if cfg!(any(feature = "ring", feature = "aws-lc-rs")) {
+    let (ring, aws) = (cfg!(feature = "ring"), cfg!(feature = "aws-lc-rs"));
+    if ring != aws {
         let reloader = spawned.expect("the feature's provider is used");
         reloader.ready_timeout(PATIENCE).await.unwrap();
         assert!(
@@ -134,11 +136,14 @@ async fn without_a_provider_the_feature_decides() {
             "and not installed"
         );
     } else {
-        let err = spawned.unwrap_err();
-        assert!(
-            err.to_string().starts_with("no rustls crypto provider"),
-            "{err}"
-        );
+        let err = spawned.unwrap_err().to_string();
+        assert!(err.starts_with("no rustls crypto provider"), "{err}");
+        let fix = if ring {
+            "neither is chosen: pass one to Builder::crypto_provider"
+        } else {
+            "enable one of tls-reload's features"
+        };
+        assert!(err.contains(fix), "{err}");
     }
 }
 
