@@ -53,6 +53,15 @@ async fn serving_one(ca: &str) -> (Reloader, tls_test::TestCert) {
     (reloader, cert)
 }
 
+/// The fingerprint of the certificate a new client at `addr` is served, waiting patiently for
+/// the handshake (`what`: what the test waits for, named in the failure).
+async fn served(addr: std::net::SocketAddr, what: &str) -> String {
+    patiently(what, tls_test::probe(addr, "localhost"))
+        .await
+        .unwrap()
+        .fingerprint
+}
+
 async fn answer(mut conn: TlsConnection<TcpStream>) {
     let alpn = conn.alpn_protocol().map(<[u8]>::to_vec).unwrap_or_default();
     let _ = conn.write_all(&alpn).await;
@@ -88,13 +97,10 @@ async fn a_connection_before_the_first_certificate_fails_fast_then_rotations_are
 
         tx.unbounded_send(Ok(bundle(&first))).unwrap();
         reloader.ready_timeout(PATIENCE).await.unwrap();
-        let served = patiently(
-            "the next client is served",
-            tls_test::probe(addr, "localhost"),
-        )
-        .await
-        .unwrap();
-        assert_eq!(served.fingerprint, first.fingerprint);
+        assert_eq!(
+            served(addr, "the next client is served").await,
+            first.fingerprint
+        );
 
         tx.unbounded_send(Ok(bundle(&second))).unwrap();
         patiently("the rotation is served to new connections", async {
@@ -129,13 +135,10 @@ async fn a_client_that_never_says_hello_is_dropped_at_the_time_out_and_others_ar
         for _ in 0..8 {
             silent.push(TcpStream::connect(addr).await.unwrap());
         }
-        let served = patiently(
-            "a real client is served",
-            tls_test::probe(addr, "localhost"),
-        )
-        .await
-        .unwrap();
-        assert_eq!(served.fingerprint, cert.fingerprint);
+        assert_eq!(
+            served(addr, "a real client is served").await,
+            cert.fingerprint
+        );
         let started = Instant::now();
         for tcp in silent {
             dropped(tcp).await;
@@ -404,6 +407,15 @@ async fn serving_each(
 }
 
 /// Waits for the server to close `tcp` (a client that never spoke).
+/// Everything `stream` says until it closes, read patiently (`what`: named in the failure).
+async fn said(what: &str, stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
+    let mut said = Vec::new();
+    patiently(what, stream.read_to_end(&mut said))
+        .await
+        .unwrap();
+    said
+}
+
 async fn dropped(mut tcp: TcpStream) {
     let mut buf = [0u8; 16];
     let read = patiently("the silent client is dropped", tcp.read(&mut buf)).await;
@@ -423,11 +435,7 @@ async fn spawn_each_ends_on_its_token_dropping_handshakes_and_leaving_connection
     // The handshake in progress is dropped (its time-out is an hour away); the connection
     // in its handler is not: the handler says goodbye and closes it, tracked till then.
     dropped(silent).await;
-    let mut said = Vec::new();
-    patiently("goodbye", open.read_to_end(&mut said))
-        .await
-        .unwrap();
-    assert_eq!(said, b"bye\n");
+    assert_eq!(said("goodbye", &mut open).await, b"bye\n");
     patiently("the tracked tasks end", open_tasks.wait()).await;
 }
 
@@ -441,11 +449,7 @@ async fn dropping_spawn_each_drops_its_handshakes_in_progress() {
     // token.
     open.write_all(b"still there\n").await.unwrap();
     token.cancel();
-    let mut said = Vec::new();
-    patiently("goodbye", open.read_to_end(&mut said))
-        .await
-        .unwrap();
-    assert_eq!(said, b"bye\n");
+    assert_eq!(said("goodbye", &mut open).await, b"bye\n");
 }
 
 #[tokio::test]
@@ -470,10 +474,6 @@ async fn when_its_listener_ends_spawn_each_returns_and_the_handshakes_in_progres
     let mut tls = patiently("the handshake finishes", connector.connect(name, client))
         .await
         .unwrap();
-    let mut said = Vec::new();
-    patiently("hello", tls.read_to_end(&mut said))
-        .await
-        .unwrap();
-    assert_eq!(said, b"hello\n");
+    assert_eq!(said("hello", &mut tls).await, b"hello\n");
     patiently("the tracked task ends", open.wait()).await;
 }
