@@ -53,15 +53,6 @@ async fn serving_one(ca: &str) -> (Reloader, tls_test::TestCert) {
     (reloader, cert)
 }
 
-/// The fingerprint of the certificate a new client at `addr` is served, waiting patiently for
-/// the handshake (`what`: what the test waits for, named in the failure).
-async fn served(addr: std::net::SocketAddr, what: &str) -> String {
-    patiently(what, tls_test::probe(addr, "localhost"))
-        .await
-        .unwrap()
-        .fingerprint
-}
-
 async fn answer(mut conn: TlsConnection<TcpStream>) {
     let alpn = conn.alpn_protocol().map(<[u8]>::to_vec).unwrap_or_default();
     let _ = conn.write_all(&alpn).await;
@@ -98,15 +89,15 @@ async fn a_connection_before_the_first_certificate_fails_fast_then_rotations_are
         tx.unbounded_send(Ok(bundle(&first))).unwrap();
         reloader.ready_timeout(PATIENCE).await.unwrap();
         assert_eq!(
-            served(addr, "the next client is served").await,
+            patiently("the next client is served", tls_test::served(addr)).await,
             first.fingerprint
         );
 
         tx.unbounded_send(Ok(bundle(&second))).unwrap();
         patiently("the rotation is served to new connections", async {
-            while !tls_test::probe(addr, "localhost")
+            while !tls_test::served_as(addr, "localhost")
                 .await
-                .is_ok_and(|s| s.fingerprint == second.fingerprint)
+                .is_ok_and(|served| served == second.fingerprint)
             {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -136,7 +127,7 @@ async fn a_client_that_never_says_hello_is_dropped_at_the_time_out_and_others_ar
             silent.push(TcpStream::connect(addr).await.unwrap());
         }
         assert_eq!(
-            served(addr, "a real client is served").await,
+            patiently("a real client is served", tls_test::served(addr)).await,
             cert.fingerprint
         );
         let started = Instant::now();
@@ -352,8 +343,7 @@ async fn new_connections_wait_in_the_backlog_while_every_handshake_slot_is_taken
         let server = serve(incoming, way);
         let silent = TcpStream::connect(addr).await.unwrap();
         let started = tokio::time::Instant::now();
-        let served = tls_test::probe(addr, "localhost").await.unwrap();
-        assert_eq!(served.fingerprint, cert.fingerprint);
+        assert_eq!(tls_test::served(addr).await, cert.fingerprint);
         assert!(
             started.elapsed() >= timeout,
             "{way:?}: served after {:?}, before the silent client's time-out freed the slot",
