@@ -84,17 +84,23 @@ fn peer_server(dir: &Path) {
             dir.join("tls.crt").display().to_string(),
         )
         .await;
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("listening on https://{}", listener.local_addr().unwrap());
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let _ = acceptor.accept(tcp).await;
-            });
-        }
+        handshake_loop(listener, Arc::new(config)).await
     });
+}
+
+/// The peer's server: each connection's handshake in a task of its own, the connection dropped
+/// once it is made. `library:loop` runs our config under this same loop.
+async fn handshake_loop(listener: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>) -> ! {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _ = acceptor.accept(tcp).await;
+        });
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -579,15 +585,7 @@ fn ours_server(mode: &str, dir: &Path) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("listening on https://{}", listener.local_addr().unwrap());
         if mode == "loop" {
-            let config = Arc::new(reloader.server_config().unwrap());
-            let acceptor = tokio_rustls::TlsAcceptor::from(config);
-            loop {
-                let (tcp, _) = listener.accept().await.unwrap();
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let _ = acceptor.accept(tcp).await;
-                });
-            }
+            handshake_loop(listener, Arc::new(reloader.server_config().unwrap())).await;
         }
         let incoming = reloader.incoming(listener).unwrap();
         match mode {

@@ -55,12 +55,12 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   link into another directory, are seen). On Linux the watch is an inotify reader of our
 ///   own, which asks for no read-only events (its own reads raise none) and watches a kubelet
 ///   volume (a `..data` link to a directory beside it) as its directory and the current
-///   generation, moving that watch to the new generation itself when `..data` is swapped
-///   (right after the read, with a check of the files' stamps): the kubelet's writing of the
-///   next generation and its removal of the old one raise no events. Elsewhere `notify`
-///   watches. Working the layout out again after an event looks up only what the event named
-///   (the new `..data` and generation, not every directory from the root); a read no event
-///   caused looks everything up again. The poll
+///   generation, moving that watch itself when `..data` is swapped (the old generation's
+///   watch removed at once, the new one's added right after the read, with a check of the
+///   files' stamps): the kubelet's writing of the next generation and its removal of the old
+///   one raise no events. Elsewhere `notify` watches. Working the layout out again after an
+///   event looks up only what the event named (the new `..data` and generation, not every
+///   directory from the root); a read no event caused looks everything up again. The poll
 ///   ([`poll_interval`](FileSourceBuilder::poll_interval), default 10 s) stays as the backstop;
 ///   what cannot be watched (inotify limits, an unsupported file system) is logged once and
 ///   retried with backoff while the source polls; when file descriptors ran out (EMFILE,
