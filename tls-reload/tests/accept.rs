@@ -396,7 +396,6 @@ async fn serving_each(
     (each, open, silent)
 }
 
-/// Waits for the server to close `tcp` (a client that never spoke).
 /// Everything `stream` says until it closes, read patiently (`what`: named in the failure).
 async fn said(what: &str, stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
     let mut said = Vec::new();
@@ -406,6 +405,7 @@ async fn said(what: &str, stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> V
     said
 }
 
+/// Waits for the server to close `tcp` (a client that never spoke).
 async fn dropped(mut tcp: TcpStream) {
     let mut buf = [0u8; 16];
     let read = patiently("the silent client is dropped", tcp.read(&mut buf)).await;
