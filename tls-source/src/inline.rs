@@ -19,27 +19,12 @@ use crate::{BoxCertSource, CertBundle, Error, FileSource};
 ///   or a blocking thread), never on a runtime worker, and one call at a time.
 /// - The item still travels down the stream afterwards; what `offer` does is the consumer's
 ///   business (the reload core installs a bundle it accepts, and skips it when it arrives).
-/// - What `offer` returns says whether that trip is urgent. After an item the consumer
-///   [`Handled`](Offered::Handled), a source may finish its own work first, and send the item
-///   a moment later: [`FileSource`] waits [`BOOKKEEPING_DELAY`](crate::BOOKKEEPING_DELAY) after a read that
-///   an event caused, so that the first handshakes a new certificate is installed for do not
-///   compete with what is left to do.
 ///
 /// `offer` must not call back into the source (for [`FileSource`], into the file watcher):
 /// it may run on the watcher's own thread.
 pub trait Inline: Send + Sync + fmt::Debug + 'static {
     /// The next item of the stream, before it is sent.
-    fn offer(&self, item: Result<&CertBundle, &Error>) -> Offered;
-}
-
-/// What a consumer did with an item offered to it ([`Inline::offer`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offered {
-    /// Handled (a bundle installed, or judged and turned down): the item still travels down
-    /// the stream, which may wait a moment.
-    Handled,
-    /// Left to the stream: the source sends it at once.
-    Left,
+    fn offer(&self, item: Result<&CertBundle, &Error>);
 }
 
 /// A [`CertSource`](crate::CertSource) that can be type-erased and still be recognised by
@@ -57,19 +42,17 @@ impl<S> AnySource for S where S: crate::CertSource + Any {}
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tls_source::inline::{Inline, Offered, attach};
+/// use tls_source::inline::{Inline, attach};
 /// use tls_source::{CertBundle, CertSourceExt as _, Error, FileSource};
 ///
 /// #[derive(Debug)]
 /// struct Log;
 ///
 /// impl Inline for Log {
-///     fn offer(&self, item: Result<&CertBundle, &Error>) -> Offered {
+///     fn offer(&self, item: Result<&CertBundle, &Error>) {
 ///         if let Ok(bundle) = item {
 ///             println!("about to yield {}", bundle.origin());
 ///         }
-///         // Only logged: what the stream yields is where it is handled.
-///         Offered::Left
 ///     }
 /// }
 ///

@@ -68,8 +68,8 @@ pub use dedup::Dedup;
 pub use error::{Error, panic_message};
 pub use fallback::Fallback;
 pub use file::{
-    BOOKKEEPING_DELAY, CaFileSource, CaFileSourceBuilder, DEFAULT_IN_PLACE_QUIET,
-    DEFAULT_POLL_INTERVAL, FileReader, FileSource, FileSourceBuilder,
+    CaFileSource, CaFileSourceBuilder, DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, FileReader,
+    FileSource, FileSourceBuilder,
 };
 pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};

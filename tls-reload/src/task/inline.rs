@@ -16,7 +16,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use tls_source::inline::Offered;
 use tls_source::{CertBundle, panic_message};
 use tokio::sync::Notify;
 
@@ -48,28 +47,23 @@ impl Route {
 }
 
 impl tls_source::inline::Inline for Route {
-    fn offer(&self, item: Result<&CertBundle, &tls_source::Error>) -> Offered {
+    fn offer(&self, item: Result<&CertBundle, &tls_source::Error>) {
         let seq = self.offered.fetch_add(1, Ordering::AcqRel) + 1;
         // Errors take the stream's way: nothing to install, and no hurry.
-        let Ok(bundle) = item else {
-            return Offered::Left;
-        };
+        let Ok(bundle) = item else { return };
         let Some((core, id)) = self.target.get() else {
-            return Offered::Left;
+            return;
         };
-        match core.upgrade() {
-            Some(core) if core.offer(*id, seq, bundle, &self.handled) => Offered::Handled,
-            _ => Offered::Left,
+        if let Some(core) = core.upgrade() {
+            core.offer(*id, seq, bundle, &self.handled);
         }
     }
 }
 
 /// The core as the hook sees it (erased over the [`Apply`]).
 pub(crate) trait Offer: Send + Sync + 'static {
-    /// Handles `bundle`, item `seq` of static route `id`, now, and records it in `handled`;
-    /// whether it did (not once the task has stopped its sources, or when the clock cannot be
-    /// read: then the task judges the item when it arrives).
-    fn offer(&self, id: usize, seq: u64, bundle: &CertBundle, handled: &AtomicU64) -> bool;
+    /// Handles `bundle`, item `seq` of static route `id`, now, and records it in `handled`.
+    fn offer(&self, id: usize, seq: u64, bundle: &CertBundle, handled: &AtomicU64);
 }
 
 /// The engine and where its effects land, shared by the reload task and the inline hooks.
@@ -140,15 +134,13 @@ impl<A: Apply> Shared<A> {
 }
 
 impl<A: Apply + Send + 'static> Offer for Shared<A> {
-    fn offer(&self, id: usize, seq: u64, bundle: &CertBundle, handled: &AtomicU64) -> bool {
+    fn offer(&self, id: usize, seq: u64, bundle: &CertBundle, handled: &AtomicU64) {
         let mut core = self.lock();
         if !core.open || core.panicked.is_some() {
-            return false;
+            return;
         }
         // A clock that cannot be read: the task judges the item when it arrives.
-        let Ok(now) = self.clock.read() else {
-            return false;
-        };
+        let Ok(now) = self.clock.read() else { return };
         let core = &mut *core;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
             run_batch(
@@ -171,7 +163,6 @@ impl<A: Apply + Send + 'static> Offer for Shared<A> {
                 self.wake.notify_one();
             }
         }
-        true
     }
 }
 

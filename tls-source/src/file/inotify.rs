@@ -35,13 +35,11 @@ use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token, Waker};
 
-use super::BOOKKEEPING_DELAY;
 use super::watch::{OnEvent, beside, on_event};
 
 const EVENTS: Token = Token(0);
@@ -264,14 +262,7 @@ impl Thread {
                 match self.inotify.read_events(&mut buffer) {
                     Ok(events) => {
                         let (paths, lost, moved) = self.paths(events);
-                        if on_event(&*self.reads, &paths, lost, true) {
-                            // Installed: the first handshakes for it go before the rest.
-                            let stopped = !self.rest(&mut ready);
-                            self.reads.release();
-                            if stopped {
-                                return;
-                            }
-                        }
+                        on_event(&*self.reads, &paths, lost);
                         if !moved.is_empty() {
                             self.moved(moved);
                         }
@@ -283,27 +274,6 @@ impl Thread {
                         return;
                     }
                 }
-            }
-        }
-    }
-
-    /// Waits [`BOOKKEEPING_DELAY`]; events that come meanwhile are read after it (the caller
-    /// reads until there is nothing left). Returns false if the watcher was stopped.
-    fn rest(&mut self, ready: &mut mio::Events) -> bool {
-        let until = Instant::now() + BOOKKEEPING_DELAY;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return true;
-            }
-            if let Err(err) = self.poll.poll(ready, Some(left))
-                && err.kind() != io::ErrorKind::Interrupted
-            {
-                // Waited out here instead; the main loop reports it if it lasts.
-                std::thread::sleep(left);
-            }
-            if self.stop.load(Ordering::Acquire) {
-                return false;
             }
         }
     }
@@ -395,41 +365,17 @@ mod tests {
         relevant: Mutex<Vec<PathBuf>>,
         seen: Mutex<mpsc::Sender<Seen>>,
         watched_at_read: Mutex<Vec<Inode>>,
-        /// Each read holds what it found, as a read the consumer handled inline does.
-        hold: bool,
-        /// Written by the first held read, before it says it read: its events come while the
-        /// thread waits.
-        during: Mutex<Option<PathBuf>>,
     }
 
     impl Recorder {
         fn new(relevant: Vec<PathBuf>) -> (Arc<Self>, mpsc::Receiver<Seen>) {
-            Self::with(relevant, None)
-        }
-
-        /// As a source whose consumer installs each read inline: every read is held, and
-        /// `during` written as it is.
-        fn holding(relevant: Vec<PathBuf>, during: PathBuf) -> (Arc<Self>, mpsc::Receiver<Seen>) {
-            Self::with(relevant, Some(during))
-        }
-
-        fn with(
-            relevant: Vec<PathBuf>,
-            during: Option<PathBuf>,
-        ) -> (Arc<Self>, mpsc::Receiver<Seen>) {
             let (tx, seen) = mpsc::channel();
             let recorder = Self {
                 relevant: Mutex::new(relevant),
                 seen: Mutex::new(tx),
                 watched_at_read: Mutex::new(Vec::new()),
-                hold: during.is_some(),
-                during: Mutex::new(during),
             };
             (Arc::new(recorder), seen)
-        }
-
-        fn send(&self, seen: Seen) {
-            let _ = self.seen.lock().unwrap().send(seen);
         }
     }
 
@@ -472,8 +418,6 @@ mod tests {
     enum Seen {
         Path(PathBuf),
         Read,
-        /// What a held read found, sent.
-        Release,
         /// A new generation watched after the read.
         Recheck,
     }
@@ -483,22 +427,19 @@ mod tests {
             self.relevant.lock().unwrap()
         }
         fn changed(&self, path: &Path) {
-            self.send(Seen::Path(path.to_path_buf()));
+            let _ = self
+                .seen
+                .lock()
+                .unwrap()
+                .send(Seen::Path(path.to_path_buf()));
         }
         fn lost(&self) {}
-        fn read(&self, hold: bool) -> bool {
+        fn read(&self) {
             *self.watched_at_read.lock().unwrap() = watched_by_the_kernel();
-            if let Some(during) = self.during.lock().unwrap().take() {
-                fs::write(during, b"during").unwrap();
-            }
-            self.send(Seen::Read);
-            hold && self.hold
-        }
-        fn release(&self) {
-            self.send(Seen::Release);
+            let _ = self.seen.lock().unwrap().send(Seen::Read);
         }
         fn recheck(&self) {
-            self.send(Seen::Recheck);
+            let _ = self.seen.lock().unwrap().send(Seen::Recheck);
         }
     }
 
@@ -635,67 +576,5 @@ mod tests {
         assert!(at_read.contains(&volume), "{volume:?} in {at_read:?}");
         assert!(!at_read.contains(&first), "{first:?} in {at_read:?}");
         staged.finish().unwrap();
-    }
-
-    /// A read the consumer handled inline holds the rest: what it found is sent once the
-    /// thread has waited, then the new generation is watched, and events that came meanwhile
-    /// are read after that, none lost.
-    #[test]
-    fn a_held_read_is_released_before_the_new_generation_is_watched() {
-        let root = tempfile::tempdir().unwrap();
-        let kube = KubeDir::new(root.path().join("kube")).unwrap();
-        kube.write(&[("tls.crt", b"one"), ("tls.key", b"one")])
-            .unwrap();
-        let data = kube.file("..data");
-        let during = kube.file("during");
-        let (reads, seen) = Recorder::holding(vec![data.clone()], during.clone());
-        let mut watcher = Watcher::new(reads).unwrap();
-        watcher.watch(kube.path(), true).unwrap();
-
-        let staged = kube
-            .stage(&[("tls.crt", b"two"), ("tls.key", b"two")])
-            .unwrap();
-        staged.swap().unwrap();
-        staged.finish().unwrap();
-        // `during` is written by the read: the marker only after it.
-        let mut swap = Vec::new();
-        while swap.last() != Some(&Seen::Read) {
-            swap.push(seen.recv_timeout(PATIENCE).expect("the swap's read"));
-        }
-        swap.extend(until(&seen, &kube.file("marker")));
-        let at = |what: &Seen| swap.iter().position(|s| s == what);
-        let read = at(&Seen::Read).expect("the swap is read");
-        let release = at(&Seen::Release).expect("and released");
-        let recheck = at(&Seen::Recheck).expect("and the new generation watched");
-        let written = at(&Seen::Path(during.clone())).expect("what came meanwhile is read");
-        assert!(read < release, "{swap:?}");
-        assert!(release < recheck, "{swap:?}");
-        assert!(release < written, "{swap:?}");
-        assert_eq!(
-            swap.iter().filter(|s| **s == Seen::Release).count(),
-            swap.iter().filter(|s| **s == Seen::Read).count(),
-            "every held read is released: {swap:?}"
-        );
-    }
-
-    /// A watcher stopped while it waits still sends what it held.
-    #[test]
-    fn a_held_read_is_released_when_the_watcher_stops() {
-        let root = tempfile::tempdir().unwrap();
-        let kube = KubeDir::new(root.path().join("kube")).unwrap();
-        kube.write(&[("tls.crt", b"one"), ("tls.key", b"one")])
-            .unwrap();
-        let data = kube.file("..data");
-        let (reads, seen) = Recorder::holding(vec![data.clone()], kube.file("during"));
-        let mut watcher = Watcher::new(reads).unwrap();
-        watcher.watch(kube.path(), true).unwrap();
-
-        let staged = kube
-            .stage(&[("tls.crt", b"two"), ("tls.key", b"two")])
-            .unwrap();
-        staged.swap().unwrap();
-        while seen.recv_timeout(PATIENCE).expect("the swap's read") != Seen::Read {}
-        drop(watcher);
-        while seen.recv_timeout(PATIENCE).expect("released") != Seen::Release {}
     }
 }

@@ -32,16 +32,6 @@ use state::State;
 /// The default poll interval: 10 seconds.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
 
-/// On Linux, how long the watcher's thread waits after a read an event caused, when the
-/// consumer handled the item inline ([`crate::inline`]; the reload core installs a rotation
-/// there), before it does the rest: working out the layout, sending the item down the stream
-/// (waking the consumer's task) and watching the new generation. The new certificate is served
-/// from the install on; the rest, about 65 µs of work on this thread and more on the
-/// consumer's, would otherwise run beside the first handshakes that certificate is installed
-/// for, on the same cores. Events that come meanwhile are read when it ends, so a second
-/// rotation within this time is served up to this much later.
-pub const BOOKKEEPING_DELAY: Duration = Duration::from_millis(1);
-
 /// The default [`FileSourceBuilder::in_place_quiet`]: 100 ms, ten times the slowest
 /// line-by-line writer seen in black-box tests (a line every 3 to 10 ms), while a `cp` of a
 /// whole chain takes well under a millisecond. Atomic replacements never wait for it.

@@ -16,7 +16,6 @@ use super::Config;
 use super::reader::{Decoded, FileReader};
 use super::watch::{self, Lookups, STARVED_RETRY, Targets, Watching};
 use crate::Error;
-use crate::inline::Offered;
 use crate::trigger::Triggered;
 
 type Item = Result<Decoded, Error>;
@@ -50,11 +49,6 @@ pub(super) struct Reads {
     config: Arc<Config>,
     reader: Arc<Mutex<FileReader>>,
     found: mpsc::UnboundedSender<Found>,
-    /// What a read the watcher's thread made after an event found, when the consumer handled it
-    /// inline: held while the thread waits [`BOOKKEEPING_DELAY`](super::BOOKKEEPING_DELAY),
-    /// then sent with the layout ([`Reads::release`]), or sent by the next read first. Locked
-    /// under the reader.
-    held: Arc<Mutex<Option<Held>>>,
     /// [`Targets::relevant`](watch::Targets) as of the last read: the watcher's thread filters
     /// events by it. Set by the read itself, so the events of a rotation's clean-up (the old
     /// generation removed) no longer count once the read saw the new one.
@@ -79,38 +73,14 @@ enum Found {
     Layout(Targets),
 }
 
-/// A read's findings, held back from the stream (see [`Reads::held`]).
-struct Held {
-    item: Option<Item>,
-    settling: Option<Duration>,
-    starved: bool,
-}
-
-impl Held {
-    fn found(self, layout: Option<Targets>) -> Found {
-        Found::Read {
-            item: self.item,
-            settling: self.settling,
-            starved: self.starved,
-            layout,
-        }
-    }
-}
-
 impl Reads {
     /// Reads the files on the calling thread, which must not be a runtime worker, and sends
     /// what it found. If the source is gone, it is discarded. Each item is offered to the
     /// consumer's [`Inline`](crate::inline::Inline) hook first, if it attached one. `after_event`:
     /// the watcher's thread reads after an event, and the layout's lookups that no event named
-    /// since are taken as they were; any other read looks everything up again. `hold`: when the
-    /// hook handled the item, keep it and the layout for [`release`](Self::release) (the
-    /// caller will call it); returns whether it did.
-    fn read_here(&self, force: bool, after_event: bool, hold: bool) -> bool {
+    /// since are taken as they were; any other read looks everything up again.
+    fn read_here(&self, force: bool, after_event: bool) {
         let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
-        // What a read held goes first; its layout is this read's.
-        if let Some(held) = self.held().take() {
-            let _ = self.found.send(held.found(None));
-        }
         let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let item = reader.read(force);
             (item, reader.settling(), reader.starved())
@@ -128,38 +98,30 @@ impl Reads {
             (Some(Err(error)), None, false)
         });
         let found = item.is_some();
-        let mut handled = false;
         if let (Some(item), Some(hook)) = (&item, self.config.inline.get()) {
             // Still holding the reader: offers come one at a time, in the order of the items.
             let offered = std::panic::catch_unwind(AssertUnwindSafe(|| match item {
                 Ok(Decoded::Bundle(bundle)) => hook.offer(Ok(bundle)),
-                Ok(Decoded::Certificates(_)) => Offered::Left,
+                Ok(Decoded::Certificates(_)) => {}
                 Err(err) => hook.offer(Err(err)),
             }));
-            match offered {
-                Ok(offered) => handled = offered == Offered::Handled,
-                Err(panic) => {
-                    let message = crate::panic_message(panic.as_ref());
-                    tracing::error!(panic = %message, "the consumer's inline hook panicked");
-                }
+            if let Err(panic) = offered {
+                let message = crate::panic_message(panic.as_ref());
+                tracing::error!(panic = %message, "the consumer's inline hook panicked");
             }
         }
         if self.config.inline.get().is_some() {
-            let held = Held {
+            // The hook has had the item (a bundle is installed already): what the stream
+            // yields now is bookkeeping, so the item waits for the layout and both wake the
+            // consumer once.
+            let layout = self.layout(after_event);
+            let _ = self.found.send(Found::Read {
                 item,
                 settling,
                 starved,
-            };
-            if hold && handled {
-                // Installed already: the rest waits for the first handshakes.
-                *self.held() = Some(held);
-                return true;
-            }
-            // What the stream yields now is the consumer's to handle, or bookkeeping: the
-            // item waits for the layout, and both wake the consumer once.
-            let layout = self.layout(after_event);
-            let _ = self.found.send(held.found(layout));
-            return false;
+                layout,
+            });
+            return;
         }
         let _ = self.found.send(Found::Read {
             item,
@@ -176,21 +138,6 @@ impl Reads {
         if let Some(targets) = self.layout(after_event) {
             let _ = self.found.send(Found::Layout(targets));
         }
-        false
-    }
-
-    /// Sends what a read held, with the layout as it stands now (the read was after an event,
-    /// and the watcher's thread has handled no event since). Nothing if a later read sent it.
-    fn release(&self) {
-        let _reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = self.held().take() {
-            let layout = self.layout(true);
-            let _ = self.found.send(held.found(layout));
-        }
-    }
-
-    fn held(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Works out what to watch as the layout stands now (with notify on), on the reading
@@ -237,7 +184,7 @@ impl Reads {
             .unwrap_or_else(PoisonError::into_inner)
             .unchanged();
         if !unchanged {
-            self.read_here(false, false, false);
+            self.read_here(false, false);
         }
     }
 
@@ -246,7 +193,7 @@ impl Reads {
     fn spawn(&self, force: bool) {
         let reads = self.clone();
         drop(tokio::task::spawn_blocking(move || {
-            reads.read_here(force, false, false);
+            reads.read_here(force, false);
         }));
     }
 }
@@ -270,12 +217,8 @@ impl watch::OnEvent for Reads {
             .forget();
     }
 
-    fn read(&self, hold: bool) -> bool {
-        self.read_here(false, true, hold)
-    }
-
-    fn release(&self) {
-        Reads::release(self);
+    fn read(&self) {
+        self.read_here(false, true);
     }
 
     #[cfg(target_os = "linux")]
@@ -305,7 +248,6 @@ impl Running {
             reader: Arc::new(Mutex::new(FileReader::new(config.clone()))),
             config: config.clone(),
             found: tx,
-            held: Arc::default(),
             relevant: Arc::default(),
             lookups: Arc::default(),
         };

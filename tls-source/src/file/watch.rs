@@ -45,13 +45,8 @@ pub(super) trait OnEvent: Send + Sync + 'static {
     fn changed(&self, path: &Path);
     /// Events were lost (the queue overflowed): everything the layout looked up is stale.
     fn lost(&self);
-    /// Reads now, on the calling thread (the watcher's), after an event. `hold`: the caller
-    /// calls [`release`](Self::release) once it has waited
-    /// [`BOOKKEEPING_DELAY`](super::BOOKKEEPING_DELAY), so what the consumer handled inline
-    /// (a rotation installed) may wait for it, with the layout; returns whether it does.
-    fn read(&self, hold: bool) -> bool;
-    /// Sends what a held read found, with the layout.
-    fn release(&self);
+    /// Reads now, on the calling thread (the watcher's), after an event.
+    fn read(&self);
     /// A watch was just added: reads again, on the calling thread, if the files' stamps say
     /// they changed since the last read (what the new watch could have missed). Linux only,
     /// where the watcher's thread moves a volume's watch itself (`inotify.rs`).
@@ -211,14 +206,8 @@ impl Watching {
 /// rotation, which keeps it fast on a server whose runtime is busy. Events on other names (the
 /// kubelet's new timestamped directory and `..data_tmp` before the rename, the old generation
 /// removed after it, a neighbour's files) are ignored: a read they caused would only delay the
-/// one that matters. Paths are absolute and normalised. `hold`, and what it returns: as
-/// [`OnEvent::read`].
-pub(super) fn on_event<P: AsRef<Path>>(
-    reads: &dyn OnEvent,
-    paths: &[P],
-    unknown: bool,
-    hold: bool,
-) -> bool {
+/// one that matters. Paths are absolute and normalised.
+pub(super) fn on_event<P: AsRef<Path>>(reads: &dyn OnEvent, paths: &[P], unknown: bool) {
     for path in paths {
         reads.changed(path.as_ref());
     }
@@ -232,7 +221,9 @@ pub(super) fn on_event<P: AsRef<Path>>(
             .iter()
             .any(|path| relevant.iter().any(|r| at_or_above(path.as_ref(), r)))
     };
-    matters && reads.read(hold)
+    if matters {
+        reads.read();
+    }
 }
 
 /// notify's watcher, where inotify is not ours to read: every event handed to [`on_event`]
@@ -255,13 +246,10 @@ impl NotifyWatcher {
                     .iter()
                     .map(|path| plain(path).map_or_else(|| absolute(path).into(), Cow::Borrowed))
                     .collect();
-                // notify's thread cannot wait: nothing is held.
-                on_event(&*reads, &paths, event.need_rescan(), false);
+                on_event(&*reads, &paths, event.need_rescan());
             }
             // Queue overflow and the like: a read will sort it out.
-            Err(_) => {
-                on_event::<&Path>(&*reads, &[], true, false);
-            }
+            Err(_) => on_event::<&Path>(&*reads, &[], true),
         };
         RecommendedWatcher::new(handler, config)
             .map(Self)
