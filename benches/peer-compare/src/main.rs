@@ -4,9 +4,10 @@
 //! the write (the `..data` rename, or the end of an in-place write) to the first handshake that
 //! gets the new certificate; a scenario not served within the cap is reported as such.
 //!
-//! `peer-compare SERVE_BINARY [SWAPS [RUNS]]` (RUNS: the swaps repeated with fresh servers, each
-//! run's medians and ratio reported, then their median and spread; 30 swaps and 1 run by
-//! default); `peer-compare --in-process [SWAPS]` for swap to install
+//! `peer-compare SERVE_BINARY [SWAPS [RUNS [GAP_US]]]` (RUNS: the swaps repeated with fresh
+//! servers, each run's medians and ratio reported, then their median and spread; 30 swaps and
+//! 1 run by default; GAP_US microseconds after each swap is served, 0 by default, keep what a
+//! server does after a rotation out of the other's next swap); `peer-compare --in-process [SWAPS]` for swap to install
 //! inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N [GAP_US]]` for
 //! handshakes with no rotation (the floor under every swap figure, each of which ends with
 //! one); GAP_US microseconds between handshakes (0 by default) let each server finish what it
@@ -61,7 +62,7 @@ fn main() {
     }
     let serve = PathBuf::from(
         args.first()
-            .expect("usage: peer-compare SERVE_BINARY [SWAPS [RUNS]]"),
+            .expect("usage: peer-compare SERVE_BINARY [SWAPS [RUNS [GAP_US]]]"),
     );
     let swaps: usize = args
         .get(1)
@@ -69,9 +70,13 @@ fn main() {
     let runs: usize = args
         .get(2)
         .map_or(1, |n| n.parse().expect("RUNS is a number"));
+    let gap = Duration::from_micros(
+        args.get(3)
+            .map_or(0, |n| n.parse().expect("GAP_US is a number")),
+    );
     assert!(swaps > 0 && runs > 0, "SWAPS and RUNS are at least 1");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(compare(&serve, swaps, runs));
+    runtime.block_on(compare(&serve, swaps, runs, gap));
 }
 
 /// The peer, as its README shows it: a `ServerConfig` from `load_server_config`, an accept loop.
@@ -246,7 +251,7 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-async fn compare(serve: &Path, swaps: usize, runs: usize) {
+async fn compare(serve: &Path, swaps: usize, runs: usize, gap: Duration) {
     let ca = TestCa::new("peer compare");
     let certs: Vec<TestCert> = (0..4).map(|_| ca.leaf(&["localhost"])).collect();
 
@@ -257,7 +262,7 @@ async fn compare(serve: &Path, swaps: usize, runs: usize) {
         if runs > 1 {
             println!("# run {run} of {runs}");
         }
-        all.push(swap_run(serve, swaps, &certs).await);
+        all.push(swap_run(serve, swaps, &certs, gap).await);
     }
     if runs > 1 {
         summarize(&all);
@@ -273,9 +278,9 @@ async fn compare(serve: &Path, swaps: usize, runs: usize) {
     }
 }
 
-/// One run of alternating `..data` swaps on fresh servers; prints it and returns the two
-/// medians (ours, the peer's).
-async fn swap_run(serve: &Path, swaps: usize, certs: &[TestCert]) -> [Duration; 2] {
+/// One run of alternating `..data` swaps on fresh servers, `gap` after each one is served;
+/// prints it and returns the two medians (ours, the peer's).
+async fn swap_run(serve: &Path, swaps: usize, certs: &[TestCert], gap: Duration) -> [Duration; 2] {
     let root = tempfile::tempdir().unwrap();
     let mut setups = start_both(serve, root.path(), &certs[0]);
     for i in 0..swaps * 2 {
@@ -288,8 +293,15 @@ async fn swap_run(serve: &Path, swaps: usize, certs: &[TestCert]) -> [Duration; 
         let finished = since.elapsed();
         let (took, handshakes) = served_after(running.addr, cert, since).await;
         times.push((took, handshakes, finished));
+        if !gap.is_zero() {
+            // Blocking on purpose: nothing else runs in this process meanwhile.
+            std::thread::sleep(gap);
+        }
     }
-    println!("## kubelet `..data` swap, {swaps} swaps each, alternating");
+    println!(
+        "## kubelet `..data` swap, {swaps} swaps each, alternating, {} us after each",
+        gap.as_micros()
+    );
     let mut medians = Vec::new();
     for (server, _, _, times) in &setups {
         let mut seen: Vec<Duration> = times.iter().filter_map(|(took, ..)| *took).collect();
