@@ -5,17 +5,17 @@
 //! gets the new certificate; a scenario not served within the cap is reported as such.
 //!
 //! `peer-compare SERVE_BINARY [SWAPS [RUNS [GAP_US]]]` (RUNS: the swaps repeated with fresh
-//! servers, each run's medians and ratio reported, then their median and spread; 30 swaps and
-//! 1 run by default; GAP_US microseconds after each swap is served, 0 by default, keep what a
-//! server does after a rotation out of the other's next swap); `peer-compare --in-process [SWAPS]` for swap to install
-//! inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N [GAP_US]]` for
-//! handshakes with no rotation (the floor under every swap figure, each of which ends with
-//! one); GAP_US microseconds between handshakes (0 by default) let each server finish what it
-//! does after a handshake (its tickets, its HTTP connection) before the other's is timed;
-//! `library:MODE` in place of SERVE_BINARY serves with the library in this binary instead, each
-//! layer on its own (`loop`, `incoming`, `each`, `http`: see `library_mode`);
-//! `peer-compare --peer-server DIR` and `--ours-server MODE DIR` are internal.
-//! `PEER_COMPARE_LOGS=1` passes the servers' logs through (`RUST_LOG` sets ours).
+//! servers, each run's medians and ratio reported, then their median and spread; 30 swaps and 1 run
+//! by default; GAP_US microseconds after each swap is served, 0 by default, keep what a server does
+//! after a rotation out of the other's next swap); `peer-compare --in-process [SWAPS]` for swap to
+//! install inside one process (no client); `peer-compare --handshakes SERVE_BINARY [N [GAP_US]]`
+//! for handshakes with no rotation (the floor under every swap figure, each of which ends with
+//! one); GAP_US microseconds between handshakes (0 by default) let each server finish what it does
+//! after a handshake (its tickets, its HTTP connection) before the other's is timed; `library:MODE`
+//! in place of SERVE_BINARY serves with the library in this binary instead, each layer on its own
+//! (`loop`, `incoming`, `each`, `http`: see `library_mode`); `peer-compare --peer-server DIR` and
+//! `--ours-server MODE DIR` are internal. `PEER_COMPARE_LOGS=1` passes the servers' logs through
+//! (`RUST_LOG` sets ours).
 
 use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
