@@ -355,6 +355,7 @@ mod tests {
 
     use tls_test::{KubeDir, overwrite_in_place};
 
+    use super::super::tests::CHILDREN;
     use super::*;
 
     const PATIENCE: Duration = Duration::from_secs(10);
@@ -377,6 +378,11 @@ mod tests {
             };
             (Arc::new(recorder), seen)
         }
+    }
+
+    /// No child process starts while a test counts events (see [`CHILDREN`]).
+    fn children() -> std::sync::RwLockReadGuard<'static, ()> {
+        CHILDREN.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A file's device (as the kernel numbers it) and inode.
@@ -486,6 +492,7 @@ mod tests {
     /// reads raise nothing.
     #[test]
     fn a_volume_is_watched_with_its_current_generation_only() {
+        let _children = children();
         let root = tempfile::tempdir().unwrap();
         let root = fs::canonicalize(root.path()).unwrap();
         let kube = KubeDir::new(root.join("kube")).unwrap();
@@ -553,6 +560,7 @@ mod tests {
     /// watch down, in the writer's own system calls.
     #[test]
     fn a_swap_unwatches_the_old_generation_before_the_read() {
+        let _children = children();
         let root = tempfile::tempdir().unwrap();
         let kube = KubeDir::new(root.path().join("kube")).unwrap();
         kube.write(&[("tls.crt", b"one"), ("tls.key", b"one")])

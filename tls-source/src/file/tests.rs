@@ -7,6 +7,12 @@ use futures::StreamExt as _;
 
 use super::*;
 
+/// Held to write (for as long as it runs) by a test that starts a child process, and to read
+/// by each test that counts inotify events. A child holds a copy of every open descriptor of
+/// this process until it runs its program, so a file another test closes meanwhile raises its
+/// close event only then: late, among what that test looks at next.
+pub(super) static CHILDREN: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 #[cfg(unix)]
 #[tokio::test]
 async fn warns_once_about_a_key_readable_by_others() {
@@ -64,7 +70,9 @@ async fn unchanged_files_yield_nothing_and_a_repeated_error_is_said_once() {
     assert!(matches!(err, Error::Read { .. }), "{err}");
     let repeat = tokio::time::timeout(Duration::from_millis(100), source.next()).await;
     assert!(repeat.is_err(), "the same error is not repeated every poll");
-    fs::write(&key, &cert.key_pem).unwrap();
+    // Put back whole (a poll between `fs::write`'s create and write would read it empty, and
+    // say so: a different error, once).
+    tls_test::replace_by_rename(&key, cert.key_pem.as_bytes()).unwrap();
     let back = source.next().await.unwrap().unwrap();
     assert_eq!(back.digest(), first.digest());
 }
@@ -134,10 +142,15 @@ async fn a_fifo_or_a_directory_in_place_of_a_file_is_refused_without_waiting() {
     let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     fs::write(&crt, &cert.cert_pem).unwrap();
     // A FIFO with no writer: opened to be read, it would wait for one forever.
-    let made = std::process::Command::new("mkfifo")
-        .arg(&key)
-        .status()
-        .unwrap();
+    let made = {
+        let _children = CHILDREN
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::process::Command::new("mkfifo")
+            .arg(&key)
+            .status()
+            .unwrap()
+    };
     assert!(made.success());
     // Read on a thread of its own: a read that waited would block the thread it runs on.
     let (tx, rx) = std::sync::mpsc::channel();
