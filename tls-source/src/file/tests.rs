@@ -11,6 +11,7 @@ use super::*;
 /// by each test that counts inotify events. A child holds a copy of every open descriptor of
 /// this process until it runs its program, so a file another test closes meanwhile raises its
 /// close event only then: late, among what that test looks at next.
+#[cfg(unix)]
 pub(super) static CHILDREN: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 #[cfg(unix)]
