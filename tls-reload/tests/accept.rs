@@ -94,14 +94,18 @@ async fn a_connection_before_the_first_certificate_fails_fast_then_rotations_are
         );
 
         tx.unbounded_send(Ok(bundle(&second))).unwrap();
-        patiently("the rotation is served to new connections", async {
-            while !tls_test::served_as(addr, "localhost")
-                .await
-                .is_ok_and(|served| served == second.fingerprint)
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
+        // The rotation is served to new connections.
+        tls_test::expect_served(
+            addr,
+            reloader.status(),
+            |status| {
+                status
+                    .current
+                    .as_ref()
+                    .map(|c| c.fingerprint_sha256.as_str())
+            },
+            &second,
+        )
         .await;
         server.abort();
     }
