@@ -50,12 +50,7 @@ pub(crate) async fn status_json(
         }
     }
     if let Some(leader) = &state.leader {
-        let leader = leader.borrow().clone();
-        json["leader"] = serde_json::json!({
-            "holder": leader.holder,
-            "round": leader.round,
-            "leading": leader.leading,
-        });
+        json["leader"] = serde_json::to_value(&*leader.borrow()).unwrap_or_default();
     }
     if let Some(sealing) = &state.sealing {
         let key_ids: Vec<String> = sealing
@@ -64,16 +59,10 @@ pub(crate) async fn status_json(
             .flat_map(|s| s.key_ids())
             .map(|id| id.to_string())
             .collect();
-        let (access, reason) = match &*sealing.access.borrow() {
-            StateAccess::Open => ("open", None),
-            StateAccess::Refused { reason } => ("refused", Some(reason.clone())),
-            _ => ("unknown", None),
-        };
-        json["seal"] = serde_json::json!({
-            "key_ids": key_ids,
-            "state": access,
-            "reason": reason,
-        });
+        // `state` and `reason`, as tls-k8s serializes them.
+        let mut seal = serde_json::to_value(&*sealing.access.borrow()).unwrap_or_default();
+        seal["key_ids"] = key_ids.into();
+        json["seal"] = seal;
     }
     if let Some(acme) = &state.acme {
         json["acme"] = serde_json::to_value(&*acme.borrow()).unwrap_or_default();

@@ -22,7 +22,11 @@ pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
 pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
 /// Who leads, as this replica last saw it: the fence its writes carry.
+///
+/// With the `serde` feature it serializes as `serve`'s status JSON shows it:
+/// `{"holder": "web-0" | null, "round": 3, "leading": true}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Leadership {
     /// The Lease's holder (`holderIdentity`), if any.

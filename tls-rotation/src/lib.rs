@@ -8,15 +8,21 @@
 //! |---|---|
 //! | (always) | [`FileSource`]: files and the kubelet's `..data` layout; [`tls_source`]: the `CertSource` contract, its combinators, PEM decoding, clocks |
 //! | `accept` (default) | [`Reloader::incoming`]: a hardened stream of TLS connections |
-//! | `axum`, `tonic` | the accept stream as an `axum::serve::Listener`; connections as tonic's `Connected` |
-//! | `k8s` | `tls_rotation::k8s`: a Kubernetes Secret, or many by label selector (tls-k8s) |
+//! | `axum` | the accept stream as an `axum::serve::Listener` |
+//! | `tonic` | accepted connections as tonic's `Connected` (`serve_with_incoming`) |
+//! | `hyper` | `http::serve_http`: any tower service or axum `Router` on the accept stream through hyper-util, with graceful closes and each request's `TlsInfo`; `ClientTls::connector` for hyper-util's pool |
+//! | `k8s` | `tls_rotation::k8s`: a Kubernetes Secret, or many by label selector (tls-k8s), and the `kube` client they take; with `acme`, the ACME fleet's Kubernetes store (`acme::AcmeBuilder::kubernetes`) |
 //! | `self-signed` | `tls_rotation::selfsigned`: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`, its CA sealed at rest with `k8s::seal`) |
+//! | `acme` | `tls_rotation::acme`: certificates from an ACME CA for many names, one SNI route each, challenges answered in the accept stream or over HTTP (tls-acme) |
 //! | `metrics` | metrics on the `metrics` facade, for every crate turned on |
-//! | `ring`, `aws-lc-rs` | the rustls crypto provider used when the process installed none |
+//! | `serde` | `Serialize` for [`Status`] and its parts, and with `k8s` for the fleet's `k8s::Leadership` and `k8s::StateAccess` (`acme::AcmeStatus` always serializes) |
+//! | `aws-lc-rs` | the rustls crypto provider used when given none: aws-lc-rs, with the post-quantum key exchange current clients offer first (recommended) |
+//! | `ring` | the same with *ring*, for builds where AWS-LC cannot be compiled (no post-quantum key exchange); with both, aws-lc-rs |
 //!
-//! No crypto provider is forced on you: with neither `ring` nor `aws-lc-rs`, install one
-//! yourself (`rustls::crypto::ring::default_provider().install_default()`) or pass it to
-//! [`Builder::crypto_provider`].
+//! No crypto provider is forced on you or installed: with neither `aws-lc-rs` nor `ring`, install
+//! one yourself (`rustls::crypto::aws_lc_rs::default_provider().install_default()`) or pass it
+//! to [`Builder::crypto_provider`]. Kubernetes' client (`k8s`) takes the process default, or the
+//! one provider rustls's features name.
 //!
 //! ```no_run
 //! use tls_rotation::{FileSource, Reloader};
@@ -27,6 +33,40 @@
 //! reloader.ready().await?;
 //! let config = reloader.server_config()?; // for tokio-rustls, hyper, …
 //! # let _ = config; Ok(()) }
+//! ```
+//!
+//! The status as JSON (feature `serde`), e.g. for a status page or a readiness probe:
+//!
+//! ```
+//! use tls_rotation::{FileSource, Reloader};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let reloader = Reloader::spawn(FileSource::kubernetes_dir("/nonexistent/tls").build())?;
+//! let json = serde_json::to_value(&*reloader.status().borrow())?;
+//! assert_eq!(json["generation"], 0); // nothing installed (yet)
+//! assert_eq!(json["ready"], false);
+//! println!("{json}");
+//! # Ok(()) }
+//! ```
+//!
+//! An ACME fleet in Kubernetes (features `acme` and `k8s`): the replica holding the Lease orders
+//! and renews, every replica serves.
+//!
+//! ```no_run
+//! use tls_rotation::{Reloader, acme::Acme, k8s::kube};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! let acme = Acme::builder("https://acme-v02.api.letsencrypt.org/directory")
+//!     .contact("admin@example.com")
+//!     .name("example.com")
+//!     .kubernetes(client, "web", "web", std::env::var("POD_NAME")?)
+//!     .build()?;
+//! let reloader = Reloader::builder()
+//!     .routes(acme.source().expect("taken once"))
+//!     .handshake_hook(acme.challenges())
+//!     .spawn_routes()?;
+//! # drop(reloader); Ok(()) }
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

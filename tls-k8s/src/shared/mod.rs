@@ -150,6 +150,9 @@ pub struct SharedSource {
 
 /// Whether this replica can open the state the store keeps (the CA Secret, and the TLS
 /// Secret's key when it is sealed), and so may lead.
+///
+/// With the `serde` feature it serializes as `serve`'s status JSON shows it under `seal`:
+/// `{"state": "unknown" | "open" | "refused", "reason": "…" | null}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StateAccess {
@@ -163,6 +166,22 @@ pub enum StateAccess {
         /// Why (the place and the seal's reason; never any key material).
         reason: String,
     },
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for StateAccess {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let (state, reason) = match self {
+            Self::Unknown => ("unknown", None),
+            Self::Open => ("open", None),
+            Self::Refused { reason } => ("refused", Some(reason)),
+        };
+        let mut s = serializer.serialize_struct("StateAccess", 2)?;
+        s.serialize_field("state", state)?;
+        s.serialize_field("reason", &reason)?;
+        s.end()
+    }
 }
 
 impl fmt::Debug for SharedSource {
