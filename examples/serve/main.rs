@@ -143,8 +143,9 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    // The application picks the crypto provider; the libraries only use it.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // The application picks the crypto provider; the libraries only use it (kube's client takes
+    // the process default).
+    let _ = Arc::unwrap_or_clone(cli::crypto_provider()).install_default();
     let shutdown = CancellationToken::new();
     if let Some(addr) = args.metrics {
         // Before any source runs, so that nothing recorded is lost.
@@ -362,23 +363,16 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             };
             Ok((shared.boxed_source(), None, Some(fleet)))
         }
+        // The client CAs (`--client-ca`) are a source of their own (see `run`): never the
+        // server's CA, which is `--ca` or the directory's `ca.crt`.
         Certs::Files { cert, key, ca } => {
             let builder = FileSource::builder(cert, key);
-            let ca = ca
-                .as_ref()
-                .or(args.client_ca.as_ref().map(|(path, _)| path));
             files(match ca {
                 Some(ca) => builder.ca(ca),
                 None => builder,
             })
         }
-        Certs::Dir(dir) => files(match &args.client_ca {
-            // The client CA file is the bundle's CA: read (and followed) with the certificate.
-            Some((path, _)) => {
-                FileSource::builder(dir.join("tls.crt"), dir.join("tls.key")).ca(path)
-            }
-            None => FileSource::kubernetes_dir(dir),
-        }),
+        Certs::Dir(dir) => files(FileSource::kubernetes_dir(dir)),
         Certs::Secret { namespace, name } => {
             let mut source = tls_k8s::SecretSource::builder(kube_client().await?, namespace, name);
             if let Some(ring) = seal(&args.seal)? {

@@ -890,6 +890,84 @@ async fn client_ca_requires_client_certificates_and_rotates_with_an_overlap() {
     assert_eq!(after["client_fingerprint_sha256"], client_b.fingerprint);
 }
 
+/// The value of the Prometheus series `line_prefix` (e.g. `name{label="x"}`) in a scrape.
+fn scraped(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map(|value| value.parse().expect("a number"))
+}
+
+/// `--cert-dir DIR --client-ca PATH`: the server's CA is `DIR/ca.crt`, the client CAs only
+/// `PATH`'s; a change of `PATH` is a trust change of its own (counted), not an install of the
+/// server's certificate: `generation` stays.
+#[tokio::test]
+async fn the_client_ca_file_is_not_the_servers_ca_and_its_change_installs_nothing() {
+    let metrics_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let (server_ca, a, b) = (
+        TestCa::new("serve own CA"),
+        TestCa::new("serve clients A"),
+        TestCa::new("serve clients B"),
+    );
+    let fp = |ca: &TestCa| tls_test::fingerprint(ca.cert_der().as_ref());
+    let (client_a, client_b) = (a.client_leaf("a"), b.client_leaf("b"));
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDir::new(dir.path().join("tls")).unwrap();
+    let leaf = server_ca.leaf(&["localhost"]);
+    kube.write(&[
+        ("tls.crt", leaf.chain_pem.as_bytes()),
+        ("tls.key", leaf.key_pem.as_bytes()),
+        ("ca.crt", server_ca.cert_pem().as_bytes()),
+    ])
+    .unwrap();
+    let clients = dir.path().join("clients.pem");
+    std::fs::write(&clients, a.cert_pem()).unwrap();
+    let serve = Serve::start(&[
+        "--cert-dir",
+        kube.path().to_str().unwrap(),
+        "--client-ca",
+        clients.to_str().unwrap(),
+        "--metrics",
+        &metrics_addr.to_string(),
+    ])
+    .await;
+    let get = |client: &TestCert| {
+        let client = client.clone();
+        async move {
+            let (code, body, _) =
+                tls_test::https_get_as(serve.addr, "localhost", "/", Some(&client)).await?;
+            assert_eq!(code, 200, "{body}");
+            Ok::<_, std::io::Error>(serde_json::from_str::<serde_json::Value>(&body).unwrap())
+        }
+    };
+    let before = get(&client_a).await.unwrap();
+    assert_eq!(before["ca_fingerprints_sha256"], serde_json::json!([fp(&server_ca)]));
+    assert_eq!(before["client_ca_fingerprints_sha256"], serde_json::json!([fp(&a)]));
+    assert_eq!(before["generation"], 1);
+    let changes = |text: &str| scraped(text, "tls_reload_client_ca_changes_total").unwrap_or(0.0);
+    let first = changes(&http_get(metrics_addr, "/metrics").await);
+    assert!(first >= 1.0, "the first client CAs applied are counted");
+
+    tls_test::replace_by_rename(&clients, b.cert_pem().as_bytes()).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let after = loop {
+        if let Ok(status) = get(&client_b).await {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "B never trusted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(after["client_ca_fingerprints_sha256"], serde_json::json!([fp(&b)]));
+    assert_eq!(after["ca_fingerprints_sha256"], serde_json::json!([fp(&server_ca)]));
+    assert_eq!(after["generation"], 1, "no install of the server's certificate");
+    assert_eq!(after["fingerprint_sha256"], leaf.fingerprint);
+    let text = http_get(metrics_addr, "/metrics").await;
+    assert_eq!(changes(&text), first + 1.0, "{text}");
+    assert_eq!(scraped(&text, "tls_reload_installs_total{route=\"\"}"), Some(1.0), "{text}");
+}
+
 #[tokio::test]
 async fn client_ca_goes_with_the_self_signed_default_too() {
     let clients = TestCa::new("serve clients of the default");

@@ -192,7 +192,9 @@ impl TrustConfig {
         let (config, verifier) =
             crate::tls::mtls_server_config(&self.provider, &resolver, roots, &self.sessions)?;
         self.finish_and_store(config);
+        // Its own event: the server's certificate (and its generation) did not change.
         tracing::info!(trusted = roots.len(), "client CAs changed");
+        crate::metrics::client_cas_changed();
         if invalidate {
             // After the new config is stored: a connection checked against this verifier and
             // closed cannot be replaced by one the old config let in.

@@ -53,6 +53,10 @@ pub(crate) fn describe() {
                 "tls_reload_ready",
                 "1 once every certificate that must be served is installed"
             );
+            describe_counter!(
+                "tls_reload_client_ca_changes_total",
+                "Changes of the trusted client CAs (mTLS) applied"
+            );
         });
     }
 }
@@ -173,6 +177,12 @@ pub(crate) fn source_error(route: Option<&str>) {
     .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = route;
+}
+
+/// The trusted client CAs changed (a source's new set, or a CA leaving after its overlap).
+pub(crate) fn client_cas_changed() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tls_reload_client_ca_changes_total").increment(1);
 }
 
 /// Readiness, after each batch.
