@@ -57,7 +57,7 @@ async fn serve(
     certs: Vec<TestCert>,
 ) -> Setup {
     let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .spawn(source)
         .unwrap();
     reloader.ready().await.unwrap();

@@ -50,9 +50,9 @@ pub const DEFAULT_LEASE: Timing = (
     tls_k8s::store::DEFAULT_RETRY_PERIOD,
 );
 
-/// The crypto provider of every bench: ring, as the workspace's tests.
+/// The crypto provider of every bench: aws-lc-rs, as the workspace's tests and `serve`.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// `n` ECDSA P-256 leaves for `localhost` from one CA.

@@ -11,6 +11,19 @@ use tls_acme::ChallengeType;
 
 /// The poll interval's bounds: below 10 ms a poll is a busy loop; beyond a year, time
 /// arithmetic overflows for nothing.
+/// serve's crypto provider, by the examples' features: aws-lc-rs by default (X25519MLKEM768, the
+/// post-quantum key exchange current clients offer first, at once), *ring* when built with
+/// `--no-default-features --features ring`.
+pub(crate) fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    #[cfg(feature = "aws-lc-rs")]
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
+    let provider = tls_reload::ring_provider();
+    #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
+    compile_error!("serve needs a crypto provider: the examples' feature `aws-lc-rs` (default) or `ring`");
+    std::sync::Arc::new(provider)
+}
+
 const MIN_POLL: (Duration, &str) = (Duration::from_millis(10), "10ms");
 const MAX_POLL: (Duration, &str) = (Duration::from_secs(365 * 24 * 3600), "365d");
 /// The self-signed validity's bounds: tls-selfsigned's minimum (certificate times have
@@ -560,7 +573,7 @@ impl Cli {
         // What the library refuses, refused here with the flag named (exit 2, not 1).
         let check = |builder: tls_acme::AcmeBuilder| {
             builder
-                .crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .crypto_provider(crypto_provider())
                 // Only checked: nothing is read or written at build.
                 .state_dir("/")
                 .challenge(challenge)

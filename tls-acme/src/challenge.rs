@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn a_challenge_certificate_carries_the_critical_acme_identifier_for_its_name() {
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
         let challenges = Challenges::default();
         challenges
             .present(&provider, "A.example.com", &[7u8; 32])

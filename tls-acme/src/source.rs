@@ -55,10 +55,10 @@ const POLL: RetryPolicy = RetryPolicy::new()
 ///     .name("example.com")
 ///     .name("www.example.com")
 ///     .state_dir("/var/lib/my-server/acme")
-///     .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+///     .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
 ///     .build()?;
 /// let reloader = tls_reload::Reloader::builder()
-///     .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+///     .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
 ///     .routes(acme.source().expect("taken once"))
 ///     .handshake_hook(acme.challenges())
 ///     .sni_strict(true)
@@ -272,8 +272,9 @@ impl AcmeBuilder {
         self
     }
 
-    /// The crypto provider of the directory's HTTPS and the challenge certificates. Default:
-    /// the process default (`CryptoProvider::get_default`); none is ever installed.
+    /// The crypto provider of the directory's HTTPS and the challenge certificates. Default: the
+    /// reloader's ([`tls_reload::default_crypto_provider`]: the `aws-lc-rs` or `ring` feature's,
+    /// else the process default); none is ever installed.
     pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
         self.provider = Some(provider);
         self
@@ -320,7 +321,7 @@ impl AcmeBuilder {
     ///     .contact("admin@example.com")
     ///     .name("example.com")
     ///     .kubernetes(client, "web", "web", std::env::var("POD_NAME")?)
-    ///     .crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+    ///     .crypto_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
     ///     .build()?;
     /// # drop(acme); Ok(()) }
     /// ```
@@ -402,7 +403,7 @@ impl AcmeBuilder {
     ///     .name("example.com")
     ///     .kubernetes(client, "web", "web", std::env::var("POD_NAME")?)
     ///     .seal(Arc::new(KeyRing::from_files(["/etc/seal/seal.key"])?))
-    ///     .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    ///     .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
     ///     .build()?;
     /// # drop(acme); Ok(()) }
     /// ```
@@ -425,9 +426,9 @@ impl AcmeBuilder {
         let trust = self.trust.map_err(config)?;
         let provider = self
             .provider
-            .or_else(|| CryptoProvider::get_default().cloned())
+            .or_else(tls_reload::default_crypto_provider)
             .ok_or_else(|| {
-                config("no crypto provider: give one with crypto_provider, or install a process default".into())
+                config("no crypto provider: enable tls-reload's (or tls-rotation's) feature `aws-lc-rs` or `ring`, give one with crypto_provider, or install a process default".into())
             })?;
         #[cfg(feature = "k8s")]
         let fleet = self.fleet;
@@ -1403,7 +1404,7 @@ mod tests {
 
     fn builder() -> AcmeBuilder {
         Acme::builder("https://acme.invalid/directory")
-            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .state_dir("/nonexistent/state")
     }
 
@@ -1453,7 +1454,7 @@ mod tests {
         assert!(reason.contains("no names"), "{reason}");
         let reason = config_error(
             Acme::builder("https://acme.invalid/directory")
-                .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
                 .name("a.example.com"),
         );
         assert!(reason.contains("state directory"), "{reason}");

@@ -56,7 +56,7 @@ fn config(default: u32, max_shrink_iters: u32) -> ProptestConfig {
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 fn runtime() -> tokio::runtime::Runtime {

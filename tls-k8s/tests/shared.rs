@@ -431,7 +431,7 @@ async fn on_a_real_cluster_three_replicas_share_one_certificate() {
         .start(&CancellationToken::new());
         let (leadership, stats) = (shared.leadership(), shared.stats());
         let reloader = Reloader::builder()
-            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .spawn(shared)
             .expect("spawn");
         let server = TestServer::start(reloader.resolver()).await;

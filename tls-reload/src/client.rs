@@ -208,7 +208,7 @@ impl ClientTlsBuilder {
     pub fn spawn<S: CertSource + 'static>(self, source: S) -> Result<ClientTls, Error> {
         let provider = self
             .provider
-            .or_else(crate::tls::default_provider)
+            .or_else(crate::tls::default_crypto_provider)
             .ok_or(Error::NoCryptoProvider)?;
         let policy = self.policy.unwrap_or_default().purpose(Purpose::ClientAuth);
         let mut validator = Validator::new(Arc::clone(&provider), policy);

@@ -74,6 +74,7 @@
 //! | `tls_source_errors_total` | counter | `route` | errors a source reported (undecodable input is also a rejection) |
 //! | `tls_reload_last_success_timestamp_seconds` | gauge | `route` | the last install, or the last good read of unchanged material after an error |
 //! | `tls_reload_ready` | gauge | | 1 once everything that must be served is, else 0 |
+//! | `tls_reload_client_ca_changes_total` | counter | | changes of the trusted client CAs applied (mTLS, [`ClientAuth`]): a new set from the source, or a CA leaving after its overlap; the server's certificate and `generation` do not move |
 //!
 //! The default's and the static routes' counters are recorded at 0, for every reason, when the
 //! reloader starts, so a first scrape has them and an `increase()` alert sees the first event.
@@ -112,16 +113,22 @@
 //!
 //! # Choosing ring or aws-lc-rs
 //! The library never installs a provider. When the builder is given none
-//! ([`Builder::crypto_provider`]), it takes, in this order:
-//! 1. the provider of this crate's feature, when exactly one of `ring` and `aws-lc-rs` is
-//!    enabled (`tls-reload = { version = "0.1", features = ["ring"] }`);
-//! 2. otherwise the process default (`CryptoProvider::install_default`), read when the reloader
+//! ([`Builder::crypto_provider`]), it takes, in this order ([`default_crypto_provider`]):
+//! 1. aws-lc-rs when this crate's `aws-lc-rs` feature is on
+//!    (`tls-reload = { version = "0.1", features = ["aws-lc-rs"] }`), whether or not `ring` is
+//!    on too: features add up across a dependency graph, and a build that has both gets the
+//!    post-quantum one rather than an error;
+//! 2. *ring* when only `ring` is on ([`ring_provider`]);
+//! 3. otherwise the process default (`CryptoProvider::install_default`), read when the reloader
 //!    is built;
-//! 3. otherwise [`Error::NoCryptoProvider`], whose message says what to write for this build.
+//! 4. otherwise [`Error::NoCryptoProvider`], whose message says what to write.
 //!
-//! So enabling one feature makes the choice the same in every run, whatever else in the process
-//! installs. Pick `aws-lc-rs` for FIPS or post-quantum key exchange, `ring` for the smallest
-//! build with no C toolchain.
+//! So a feature makes the choice the same in every run, whatever else in the process installs.
+//! Pick `aws-lc-rs`: rustls's own default, the hybrid post-quantum key exchange X25519MLKEM768
+//! that current browsers and rustls clients offer first (a server on *ring* answers them with a
+//! `HelloRetryRequest`, one more round trip per full handshake), and FIPS. `ring` stays for builds
+//! where AWS-LC cannot be compiled; rustls deprecated its *ring* constructor, and
+//! [`ring_provider`] is the one place that calls it.
 
 #[cfg(feature = "accept")]
 mod accept;
@@ -163,7 +170,9 @@ pub use reloader::{Builder, ReloadTask, Reloader};
 /// The rustls this crate builds on, for `ServerConfig`, providers and the rest.
 pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
-pub use tls::{CertResolver, HandshakeHook, Takeover};
+pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider};
+#[cfg(feature = "ring")]
+pub use tls::ring_provider;
 pub use tls_source::clock::Rfc3339;
 pub use tls_source::{CertSource, CertSourceExt, FileSource};
 pub use tokio_util::sync::CancellationToken;

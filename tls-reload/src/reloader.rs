@@ -124,7 +124,7 @@ impl Default for Builder {
 
 impl Builder {
     /// The crypto provider that loads keys (and that [`Reloader::server_config`] uses). Default:
-    /// the provider of this crate's `ring` or `aws-lc-rs` feature when exactly one is on;
+    /// aws-lc-rs when this crate's `aws-lc-rs` feature is on, *ring* when only `ring` is;
     /// failing that, the process default (`CryptoProvider::get_default`). Never installs one
     /// (see the crate docs, "Choosing ring or aws-lc-rs").
     pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
@@ -278,7 +278,7 @@ impl Builder {
     fn make(self, default: Option<BoxCertSource>) -> Result<(Reloader, ReloadTask), Error> {
         let provider = self
             .provider
-            .or_else(tls::default_provider)
+            .or_else(tls::default_crypto_provider)
             .ok_or(Error::NoCryptoProvider)?;
         let named = self
             .named

@@ -25,5 +25,5 @@ pub(crate) fn bundle_from(cert: &TestCert, ca: Option<&TestCa>, origin: Origin) 
 }
 
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }

@@ -25,7 +25,7 @@ use crate::{Error, Policy, Purpose, Roots, tls};
 /// use tls_reload::{Policy, Validator};
 /// use tls_source::{Decoder, Origin};
 ///
-/// let provider = Arc::new(rustls::crypto::ring::default_provider());
+/// let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
 /// let validator = Validator::new(provider, Policy::default().require_name("api.example.com"));
 /// let bundle = Decoder::new().bundle(("tls.crt", cert_pem), ("tls.key", key_pem), None, Origin::SelfSigned)?;
 /// let validated = validator.validate(&bundle)?;

@@ -260,7 +260,7 @@ async fn run(ops: &[Op], ca: &TestCa) -> Result<(), String> {
         .poll_interval(Duration::from_millis(200))
         .build();
     let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .spawn(source)
         .unwrap();
     reloader.ready_timeout(tls_test::PATIENCE).await.unwrap();

@@ -21,7 +21,7 @@ fn not_after(der: &[u8]) -> SystemTime {
 
 async fn serve(generator: SelfSigned) -> (Reloader, TestServer) {
     let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .spawn(generator.into_source())
         .unwrap();
     reloader.ready_timeout(PATIENCE).await.unwrap();

@@ -310,7 +310,7 @@ impl Pebble {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.https_ca.cert_der()).expect("a CA");
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
@@ -493,7 +493,7 @@ impl Pebble {
     /// If it cannot listen.
     pub async fn layer(&self) -> AcmeLayer {
         let leaf = self.https_ca.leaf(&["localhost", "127.0.0.1"]);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .expect("TLS versions")

@@ -57,7 +57,7 @@ pub async fn probe_trusting(
         store.add(root.clone()).map_err(io::Error::other)?;
     }
     let config =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .with_safe_default_protocol_versions()
             .map_err(io::Error::other)?
             .with_root_certificates(store)
@@ -206,7 +206,7 @@ fn recording_client() -> io::Result<(ClientConfig, Seen)> {
 }
 
 fn recording_client_with(client: Option<&crate::TestCert>) -> io::Result<(ClientConfig, Seen)> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let seen = Seen::default();
     let verifier = Arc::new(Recording {
         provider: provider.clone(),

@@ -26,7 +26,7 @@ impl TestServer {
     /// If no loopback port can be bound.
     pub async fn start(resolver: Arc<dyn ResolvesServerCert>) -> Self {
         let config =
-            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
                 .with_safe_default_protocol_versions()
                 .expect("protocol versions")
                 .with_no_client_auth()

@@ -46,7 +46,7 @@ async fn replica(api: &KubeApi, id: &str, timing: Timing) -> Replica {
         .start(&CancellationToken::new());
     let (leadership, stats) = (shared.leadership(), shared.stats());
     let reloader = Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .spawn(shared)
         .expect("spawn");
     reloader

@@ -14,7 +14,7 @@ use tls_test::{PATIENCE, probe_trusting};
 use tokio::net::TcpListener;
 
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// A server of ours: the ACME certificates as SNI routes (strict), TLS-ALPN-01 answered in its

@@ -64,7 +64,7 @@ impl Replica {
         let stats = shared.stats();
         let access = shared.access();
         let reloader = Reloader::builder()
-            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .spawn(shared)
             .expect("spawn");
         let server = TestServer::start(reloader.resolver()).await;

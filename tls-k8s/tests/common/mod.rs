@@ -46,7 +46,7 @@ pub fn put_named(api: &KubeApi, name: &str, cert: &TestCert) -> u64 {
 /// A reloader serving `source`'s Secrets as SNI routes.
 pub fn routes_reloader(source: tls_k8s::SecretsSource) -> Reloader {
     Reloader::builder()
-        .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .routes(source)
         .spawn_routes()
         .expect("spawn")
@@ -66,7 +66,7 @@ impl Served {
     /// Serves `source`; waits for the first certificate.
     pub async fn serve(source: SecretSource) -> Self {
         let reloader = Reloader::builder()
-            .crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .spawn(source)
             .expect("spawn");
         reloader

@@ -173,30 +173,55 @@ pub(crate) fn refusing_config(
     ))
 }
 
-/// The crypto provider when none was given to the builder, by one rule (the crate docs'
-/// "Choosing ring or aws-lc-rs"): the provider of this crate's feature when exactly one of
-/// `ring` and `aws-lc-rs` is enabled; otherwise the process default, if one is installed.
-/// Never installs anything.
-pub(crate) fn default_provider() -> Option<Arc<CryptoProvider>> {
-    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
-    return Some(Arc::new(rustls::crypto::ring::default_provider()));
-    #[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
+/// rustls's *ring* provider, for a build that chooses `ring` (feature `ring`).
+///
+/// rustls 0.23.48 deprecated `rustls::crypto::ring::default_provider` because *ring* has no
+/// post-quantum key exchange: a server on it negotiates X25519 where current clients offer
+/// X25519MLKEM768 first. *ring* still builds where aws-lc-rs cannot (no C compiler able to build
+/// AWS-LC, some targets), so this workspace keeps it as an opt-in, and this function is the one
+/// place that calls the deprecated constructor: use it instead of rustls's, and no build of
+/// yours warns. Prefer aws-lc-rs (feature `aws-lc-rs`) when it builds.
+///
+/// ```
+/// # #[cfg(feature = "ring")] {
+/// let provider = std::sync::Arc::new(tls_reload::ring_provider());
+/// let builder = tls_reload::Reloader::builder().crypto_provider(provider);
+/// # let _ = builder; }
+/// ```
+#[cfg(feature = "ring")]
+#[allow(deprecated)]
+pub fn ring_provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+/// The crypto provider a builder of this workspace uses when given none (the crate docs'
+/// "Choosing ring or aws-lc-rs"): aws-lc-rs when this crate's `aws-lc-rs` feature is on (with
+/// `ring` on too: features add up across a dependency graph, so the post-quantum one wins rather
+/// than neither); *ring* when only `ring` is; otherwise the process default, if one is installed.
+/// Never installs anything. tls-acme's builder takes the same.
+///
+/// ```
+/// // With the `aws-lc-rs` feature: the hybrid post-quantum key exchange comes first.
+/// # #[cfg(feature = "aws-lc-rs")] {
+/// let provider = tls_reload::default_crypto_provider().expect("the feature's provider");
+/// assert_eq!(provider.kx_groups[0].name(), rustls::NamedGroup::X25519MLKEM768);
+/// # }
+/// ```
+pub fn default_crypto_provider() -> Option<Arc<CryptoProvider>> {
+    #[cfg(feature = "aws-lc-rs")]
     return Some(Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
+    return Some(Arc::new(crate::ring_provider()));
     #[allow(unreachable_code)]
     CryptoProvider::get_default().map(Arc::clone)
 }
 
-/// What this build of the crate has, for [`Error::NoCryptoProvider`](crate::Error::NoCryptoProvider)'s
-/// message: the fix depends on it.
-pub(crate) const PROVIDER_FEATURES: &str = if cfg!(all(feature = "ring", feature = "aws-lc-rs")) {
-    "both of tls-reload's features `ring` and `aws-lc-rs` are enabled, so neither is chosen: pass \
-     one to Builder::crypto_provider (e.g. Arc::new(rustls::crypto::ring::default_provider())), \
-     or install a process default"
-} else {
-    "enable one of tls-reload's features: tls-reload = { version = \"0.1\", features = \
-     [\"ring\"] } (or [\"aws-lc-rs\"]); or pass one to Builder::crypto_provider; or install a \
-     process default with CryptoProvider::install_default before building the reloader"
-};
+/// What [`Error::NoCryptoProvider`](crate::Error::NoCryptoProvider)'s message says to write
+/// (only a build with neither feature can return it).
+pub(crate) const PROVIDER_FEATURES: &str = "enable one of tls-reload's features: tls-reload = { \
+     version = \"0.1\", features = [\"aws-lc-rs\"] } (or [\"ring\"]); or pass one to \
+     Builder::crypto_provider; or install a process default with CryptoProvider::install_default \
+     before building the reloader";
 
 /// The handshake-signature checks every verifier of ours does the same way: with the
 /// provider's algorithms (only the certificate decision differs).

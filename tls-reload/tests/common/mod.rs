@@ -13,7 +13,7 @@ use tls_source::{FileSource, Trigger};
 use tls_test::{KubeDir, PATIENCE, TestCert, TestServer};
 
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// How the files are watched.
