@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example rotate -- DIR [--name NAME]... [--validity DURATION] [--every DURATION]
 //!                                    [--count N] [--mismatched] [--signing-ca CA_DIR] [--client]
+//!                                    [--not-before RFC3339] [--not-after RFC3339]
 //! ```
 //!
 //! `--signing-ca CA_DIR` signs each certificate with a CA kept in `CA_DIR` (`ca.crt`, `ca.key`;
@@ -14,6 +15,10 @@
 //!
 //! `--mismatched` writes a bad update on purpose: a certificate with the key of another pair, the
 //! torn pair that breaks naive reloaders. `serve` keeps its certificate and reports it.
+//!
+//! `--not-before` and `--not-after` (RFC 3339, e.g. `2020-01-01T00:00:00Z`) set the validity
+//! exactly, in the past or the future, so that an expired or not-yet-valid certificate can be
+//! written on purpose (to see `serve` refuse it, or to test alerting on expiry metrics).
 //!
 //! Each rotation writes `tls.crt` and `tls.key` (a fresh self-signed P-256 pair) into a new
 //! timestamped directory `DIR/..<time>`, points `DIR/..data_tmp` at it and renames that over
@@ -39,7 +44,11 @@ usage: rotate DIR [--name NAME]... [--validity DURATION] [--every DURATION] [--c
   --count N           with --every, stop after N rotations (default: until interrupted)
   --mismatched        write a bad update: a certificate with another pair's key
   --signing-ca CA_DIR sign with a CA kept in CA_DIR (made on first use), written as DIR/ca.crt
-  --client            a client certificate (clientAuth), for client --cert-dir DIR";
+  --client            a client certificate (clientAuth), for client --cert-dir DIR
+  --not-before TIME   valid from TIME (RFC 3339, e.g. 2020-01-01T00:00:00Z; default a minute ago)
+  --not-after TIME    valid until TIME (RFC 3339; default --validity from now): a date in the
+                      past writes an expired certificate, --not-before in the future one not
+                      valid yet";
 
 struct Args {
     dir: PathBuf,
@@ -50,6 +59,8 @@ struct Args {
     mismatched: bool,
     signing_ca: Option<PathBuf>,
     client: bool,
+    not_before: Option<time::OffsetDateTime>,
+    not_after: Option<time::OffsetDateTime>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
@@ -58,6 +69,12 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let mut validity = tls_selfsigned::DEFAULT_VALIDITY;
     let (mut every, mut count, mut mismatched) = (None, None, false);
     let (mut signing_ca, mut client) = (None, false);
+    let (mut not_before, mut not_after) = (None, None);
+    let date = |flag: &str, v: String| {
+        humantime::parse_rfc3339_weak(&v)
+            .map(time::OffsetDateTime::from)
+            .with_context(|| format!("{flag} {v}: not an RFC 3339 time like 2020-01-01T00:00:00Z"))
+    };
     let duration = |flag: &str, v: String| {
         humantime::parse_duration(&v)
             .with_context(|| format!("{flag} {v}: not a duration like 5s or 90d"))
@@ -72,6 +89,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             "--mismatched" => mismatched = true,
             "--signing-ca" => signing_ca = Some(PathBuf::from(value()?)),
             "--client" => client = true,
+            "--not-before" => not_before = Some(date("--not-before", value()?)?),
+            "--not-after" => not_after = Some(date("--not-after", value()?)?),
             "-h" | "--help" => return Ok(None),
             flag if flag.starts_with('-') => bail!("unknown flag {flag:?}"),
             _ if dir.is_some() => bail!("one directory only"),
@@ -87,6 +106,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
             "--client needs --signing-ca CA_DIR: a client bundle carries the CA (ca.crt) it trusts servers with"
         );
     }
+    if let (Some(from), Some(until)) = (not_before, not_after)
+        && from >= until
+    {
+        bail!("--not-before must be earlier than --not-after");
+    }
     Ok(Some(Args {
         dir,
         names,
@@ -96,6 +120,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         mismatched,
         signing_ca,
         client,
+        not_before,
+        not_after,
     }))
 }
 
@@ -138,6 +164,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
     loop {
         let (cert_pem, mut key_pem) = match &ca {
             Some(ca) => ca.sign(args)?,
+            // Dates of the user's: rcgen directly (the generator's are always from now).
+            None if args.not_before.is_some() || args.not_after.is_some() => {
+                let key = rcgen::KeyPair::generate()?;
+                (
+                    leaf_params(args)?.self_signed(&key)?.pem(),
+                    key.serialize_pem(),
+                )
+            }
             None => {
                 let pair = generator.generate_pem()?;
                 (pair.cert_pem, pair.key_pem)
@@ -219,24 +253,35 @@ impl SigningCa {
 
     /// A leaf for `args`' names, signed by this CA: its certificate and key, PEM.
     fn sign(&self, args: &Args) -> anyhow::Result<(String, String)> {
-        let mut params = rcgen::CertificateParams::new(args.names.clone())?;
-        let cn = if args.client {
-            "rotate client"
-        } else {
-            "rotate server"
-        };
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
-        params.extended_key_usages = vec![if args.client {
-            rcgen::ExtendedKeyUsagePurpose::ClientAuth
-        } else {
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth
-        }];
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::minutes(1);
+        let key = rcgen::KeyPair::generate()?;
+        let cert = leaf_params(args)?.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+/// A leaf's parameters for `args`: its names, purpose and validity (`--not-before`,
+/// `--not-after`, else from a minute ago for `--validity`).
+fn leaf_params(args: &Args) -> anyhow::Result<rcgen::CertificateParams> {
+    let mut params = rcgen::CertificateParams::new(args.names.clone())?;
+    let cn = if args.client {
+        "rotate client"
+    } else {
+        "rotate server"
+    };
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.extended_key_usages = vec![if args.client {
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth
+    } else {
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth
+    }];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = args.not_before.unwrap_or(now - time::Duration::minutes(1));
+    params.not_after = match args.not_after {
+        Some(until) => until,
         // Checked: any --validity a person types gets an error, not a panic.
-        params.not_after = time::Duration::try_from(args.validity)
+        None => time::Duration::try_from(args.validity)
             .ok()
             .and_then(|validity| now.checked_add(validity))
             .with_context(|| {
@@ -244,11 +289,14 @@ impl SigningCa {
                     "--validity {:?}: a certificate cannot end that late",
                     args.validity
                 )
-            })?;
-        let key = rcgen::KeyPair::generate()?;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok((cert.pem(), key.serialize_pem()))
+            })?,
+    };
+    if params.not_before >= params.not_after {
+        bail!(
+            "the certificate would end before it begins: give --not-after later than --not-before"
+        );
     }
+    Ok(params)
 }
 
 /// Writes `contents` readable by the owner only.
