@@ -300,6 +300,22 @@ pub enum NotReady {
         /// The last rejection or source error, if any.
         last_error: Option<Arc<Error>>,
     },
+    /// The time-out passed with some certificates installed and these without one: with SNI
+    /// routes, readiness waits for every route, and one whose source fails holds it.
+    #[error(
+        "no certificate installed for {} after {waited:?} (the others are): {}",
+        Missing(missing),
+        LastError(last_error.as_deref())
+    )]
+    RoutesMissing {
+        /// How long was waited.
+        waited: Duration,
+        /// What has no certificate: `the default`, `route api.example.com`, … (in that order).
+        missing: Vec<String>,
+        /// The first of those with an error: its last rejection or source error (for files,
+        /// naming the path), if any.
+        last_error: Option<Arc<Error>>,
+    },
     /// With client authentication: the certificate is installed, but no client CA is trusted
     /// yet when the time-out passed (every client would be refused).
     #[error(
@@ -337,6 +353,14 @@ impl fmt::Display for LastError<'_> {
             Some(err) => write!(f, "last error: {err}"),
             None => f.write_str("the source has not produced anything"),
         }
+    }
+}
+
+struct Missing<'a>(&'a [String]);
+
+impl fmt::Display for Missing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(", "))
     }
 }
 

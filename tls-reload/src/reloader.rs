@@ -77,6 +77,9 @@ pub struct Reloader {
     /// stream's connections watch).
     #[cfg_attr(not(feature = "accept"), allow(dead_code))]
     revoked: Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>>,
+    /// Whether there is a default route ([`Builder::spawn`], not `spawn_routes`): what
+    /// [`ready_timeout`](Self::ready_timeout) names when it has no certificate.
+    has_default: bool,
 }
 
 /// Configures a [`Reloader`].
@@ -276,6 +279,7 @@ impl Builder {
     }
 
     fn make(self, default: Option<BoxCertSource>) -> Result<(Reloader, ReloadTask), Error> {
+        let has_default = default.is_some();
         let provider = self
             .provider
             .or_else(tls::default_crypto_provider)
@@ -370,6 +374,7 @@ impl Builder {
                 token,
                 tls_config: tls_config.as_ref().map(|(shared, _)| Arc::clone(shared)),
                 revoked: tls_config.map(|(_, revoked)| revoked),
+                has_default,
             },
             ReloadTask { inner },
         ))
@@ -555,8 +560,9 @@ impl Reloader {
     ///
     /// # Errors
     /// [`NotReady::TimedOut`] carrying the last error (why nothing was installed),
-    /// [`NotReady::NoTrustedClientCa`] when only the client CAs are missing, or
-    /// [`NotReady::Stopped`].
+    /// [`NotReady::RoutesMissing`] when some certificates are installed and others not (naming
+    /// those routes, with the first one's error), [`NotReady::NoTrustedClientCa`] when only the
+    /// client CAs are missing, or [`NotReady::Stopped`].
     pub async fn ready_timeout(&self, timeout: Duration) -> Result<(), NotReady> {
         match tokio::time::timeout(timeout, self.ready()).await {
             Ok(result) => result,
@@ -564,7 +570,26 @@ impl Reloader {
                 let status = self.status.borrow();
                 let installed =
                     status.current.is_some() || status.routes.values().any(|r| r.current.is_some());
-                Err(if self.tls_config.is_some() && installed {
+                // The routes still without a certificate, the default first.
+                let mut missing: Vec<(String, Option<Arc<Error>>)> = Vec::new();
+                if self.has_default && status.current.is_none() {
+                    missing.push(("the default".to_owned(), status.last_error.clone()));
+                }
+                missing.extend(
+                    status
+                        .routes
+                        .iter()
+                        .filter(|(_, route)| route.current.is_none())
+                        .map(|(name, route)| (format!("route {name}"), route.last_error.clone())),
+                );
+                Err(if installed && !missing.is_empty() {
+                    let last_error = missing.iter().find_map(|(_, error)| error.clone());
+                    NotReady::RoutesMissing {
+                        waited: timeout,
+                        missing: missing.into_iter().map(|(name, _)| name).collect(),
+                        last_error,
+                    }
+                } else if self.tls_config.is_some() && installed {
                     NotReady::NoTrustedClientCa {
                         waited: timeout,
                         last_error: status.client_ca_error.clone(),
