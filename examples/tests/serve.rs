@@ -179,6 +179,37 @@ async fn default_is_a_self_signed_certificate_for_localhost() {
     assert_eq!(serve.exit_code().await, Some(0));
 }
 
+/// A current Rust client (rustls on aws-lc-rs with its defaults, X25519MLKEM768 first, as
+/// reqwest's) gets the post-quantum hybrid from `serve` at once: no `HelloRetryRequest`, so no
+/// extra round trip (on ring, every such full handshake took one).
+#[tokio::test]
+async fn a_current_rustls_client_gets_the_post_quantum_hybrid_without_a_retry() {
+    use rustls::{HandshakeKind, NamedGroup};
+    let serve = Serve::start(&[]).await;
+    let config = tls_test::client_config();
+    let offered: Vec<_> = config
+        .crypto_provider()
+        .kx_groups
+        .iter()
+        .map(|g| g.name())
+        .collect();
+    assert_eq!(offered[0], NamedGroup::X25519MLKEM768, "{offered:?}");
+    for config in [config, tls_test::client_config(), tls_test::client_config()] {
+        // A config each: a full handshake each (a shared one would resume).
+        let tls = tls_test::connect(serve.addr, "localhost", config)
+            .await
+            .unwrap();
+        let (_, connection) = tls.get_ref();
+        assert_eq!(
+            connection
+                .negotiated_key_exchange_group()
+                .map(rustls::crypto::SupportedKxGroup::name),
+            Some(NamedGroup::X25519MLKEM768)
+        );
+        assert_eq!(connection.handshake_kind(), Some(HandshakeKind::Full));
+    }
+}
+
 #[tokio::test]
 async fn follows_a_kubelet_style_directory_and_reports_bad_updates() {
     let ca = TestCa::new("serve example");
@@ -234,6 +265,99 @@ async fn follows_a_kubelet_style_directory_and_reports_bad_updates() {
 
     serve.signal("-INT");
     assert_eq!(serve.exit_code().await, Some(0));
+}
+
+/// `rotate DIR ARGS…`, which must succeed.
+async fn rotate(dir: &std::path::Path, args: &[&str]) {
+    let output = Command::new(example("rotate"))
+        .arg(dir)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "rotate {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `rotate --not-before/--not-after` writes an expired or a not-yet-valid certificate on purpose;
+/// `serve` refuses each with its dates, keeps serving, and takes the next good one.
+#[tokio::test]
+async fn rotate_writes_expired_and_not_yet_valid_certificates_that_serve_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    rotate(&certs, &[]).await;
+    let serve = Serve::start(&["--cert-dir", certs.to_str().unwrap()]).await;
+    let first = serve.status().await;
+
+    rotate(
+        &certs,
+        &[
+            "--not-before",
+            "2020-01-01T00:00:00Z",
+            "--not-after",
+            "2020-02-01T00:00:00Z",
+        ],
+    )
+    .await;
+    let status = serve
+        .wait_status("the expired one refused", |s| !s["last_error"].is_null())
+        .await;
+    let error = status["last_error"].as_str().unwrap();
+    assert!(error.contains("expired at 2020-02-01T00:00:00Z"), "{error}");
+    assert_eq!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
+
+    rotate(
+        &certs,
+        &[
+            "--not-before",
+            "2999-01-01T00:00:00Z",
+            "--not-after",
+            "2999-12-31T00:00:00Z",
+        ],
+    )
+    .await;
+    let status = serve
+        .wait_status("the future one refused", |s| {
+            s["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("2999-01-01T00:00:00Z"))
+        })
+        .await;
+    assert_eq!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
+
+    // A date the user mistyped, or dates the wrong way round: a usage error naming the flag.
+    for bad in [
+        &["--not-after", "yesterday"][..],
+        &[
+            "--not-before",
+            "2030-01-01T00:00:00Z",
+            "--not-after",
+            "2029-01-01T00:00:00Z",
+        ],
+    ] {
+        let output = Command::new(example("rotate"))
+            .arg(&certs)
+            .args(bad)
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("--not-"),
+            "{bad:?}"
+        );
+    }
+
+    rotate(&certs, &[]).await;
+    let status = serve
+        .wait_status("recovery", |s| {
+            s["last_error"].is_null() && s["generation"] == 2
+        })
+        .await;
+    assert_ne!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
 }
 
 #[tokio::test]
@@ -661,6 +785,47 @@ async fn no_certificate_within_the_ready_timeout_fails_with_the_error() {
     assert!(took < Duration::from_secs(10));
 }
 
+/// One unreadable `--sni` route among good ones: when the ready time-out passes, the error (and
+/// the log) name that route and its path, not "no certificate" in general.
+#[tokio::test]
+async fn an_unreadable_sni_route_is_named_with_its_path_when_the_ready_timeout_passes() {
+    let ca = TestCa::new("serve sni unreadable");
+    let dir = tempfile::tempdir().unwrap();
+    let good = KubeDir::new(dir.path().join("api")).unwrap();
+    write(&good, &ca.leaf(&["api.example.com"]));
+    let missing = dir.path().join("www-missing");
+    let (code, stderr, _) = run_to_end(&[
+        "--sni",
+        &format!("api.example.com={}", good.path().display()),
+        "--sni",
+        &format!("www.example.com={}", missing.display()),
+        "--ready-timeout",
+        "1s",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|line| line.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(
+        error.contains("no certificate installed for route www.example.com after 1s"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("api.example.com"),
+        "the good route is in: {error}"
+    );
+    let path = missing.join("tls.crt").display().to_string();
+    assert!(error.contains(&path), "names the path: {error}");
+    assert!(
+        stderr.lines().any(|line| line.contains("source error")
+            && line.contains("www.example.com")
+            && line.contains(&path)),
+        "the log names the route and its path: {stderr}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_client_ca_file_is_named_when_the_ready_timeout_passes() {
     let (code, stderr, _) = run_to_end(&[
@@ -943,8 +1108,14 @@ async fn the_client_ca_file_is_not_the_servers_ca_and_its_change_installs_nothin
         }
     };
     let before = get(&client_a).await.unwrap();
-    assert_eq!(before["ca_fingerprints_sha256"], serde_json::json!([fp(&server_ca)]));
-    assert_eq!(before["client_ca_fingerprints_sha256"], serde_json::json!([fp(&a)]));
+    assert_eq!(
+        before["ca_fingerprints_sha256"],
+        serde_json::json!([fp(&server_ca)])
+    );
+    assert_eq!(
+        before["client_ca_fingerprints_sha256"],
+        serde_json::json!([fp(&a)])
+    );
     assert_eq!(before["generation"], 1);
     let changes = |text: &str| scraped(text, "tls_reload_client_ca_changes_total").unwrap_or(0.0);
     let first = changes(&http_get(metrics_addr, "/metrics").await);
@@ -959,13 +1130,26 @@ async fn the_client_ca_file_is_not_the_servers_ca_and_its_change_installs_nothin
         assert!(tokio::time::Instant::now() < deadline, "B never trusted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(after["client_ca_fingerprints_sha256"], serde_json::json!([fp(&b)]));
-    assert_eq!(after["ca_fingerprints_sha256"], serde_json::json!([fp(&server_ca)]));
-    assert_eq!(after["generation"], 1, "no install of the server's certificate");
+    assert_eq!(
+        after["client_ca_fingerprints_sha256"],
+        serde_json::json!([fp(&b)])
+    );
+    assert_eq!(
+        after["ca_fingerprints_sha256"],
+        serde_json::json!([fp(&server_ca)])
+    );
+    assert_eq!(
+        after["generation"], 1,
+        "no install of the server's certificate"
+    );
     assert_eq!(after["fingerprint_sha256"], leaf.fingerprint);
     let text = http_get(metrics_addr, "/metrics").await;
     assert_eq!(changes(&text), first + 1.0, "{text}");
-    assert_eq!(scraped(&text, "tls_reload_installs_total{route=\"\"}"), Some(1.0), "{text}");
+    assert_eq!(
+        scraped(&text, "tls_reload_installs_total{route=\"\"}"),
+        Some(1.0),
+        "{text}"
+    );
 }
 
 #[tokio::test]
