@@ -259,7 +259,7 @@ pub fn verifying_client(cert: &TestCert) -> rustls::ClientConfig {
         .expect("a usable root");
     let mut client = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("ring supports TLS 1.3")
+        .expect("aws-lc-rs supports TLS 1.3")
         .with_root_certificates(roots)
         .with_no_client_auth();
     client.resumption = rustls::client::Resumption::disabled();

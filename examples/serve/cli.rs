@@ -20,7 +20,9 @@ pub(crate) fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider
     #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
     let provider = tls_reload::ring_provider();
     #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
-    compile_error!("serve needs a crypto provider: the examples' feature `aws-lc-rs` (default) or `ring`");
+    compile_error!(
+        "serve needs a crypto provider: the examples' feature `aws-lc-rs` (default) or `ring`"
+    );
     std::sync::Arc::new(provider)
 }
 

@@ -227,6 +227,10 @@ pub mod store {
         LeaseHandle, LeaseLock,
     };
 }
+/// The Kubernetes client these sources take (`kube::Client::try_default()`), at the version they
+/// were built with, so that one dependency line (`tls-rotation` with `k8s`) is enough. Its TLS
+/// uses the process's crypto provider, or the one rustls's features name.
+pub use kube;
 pub use secret::{CA_CRT, SecretSource, SecretSourceBuilder, TLS_CRT, TLS_KEY};
 pub use secrets::{SecretsSource, SecretsSourceBuilder};
 #[cfg(feature = "self-signed")]
@@ -236,10 +240,6 @@ pub use shared::{
 };
 /// Sealed at rest (the `tls-seal` crate): the seal the shared store and [`SecretSource`] use.
 pub use tls_seal as seal;
-/// The Kubernetes client these sources take (`kube::Client::try_default()`), at the version they
-/// were built with, so that one dependency line (`tls-rotation` with `k8s`) is enough. Its TLS
-/// uses the process's crypto provider, or the one rustls's features name.
-pub use kube;
 
 /// What went wrong with the Secret; carried inside a
 /// [`tls_source::Error::Source`] naming `secret namespace/name`. Every variant is a report: the

@@ -223,7 +223,9 @@ async fn a_missing_secret_at_start_is_reported_then_picked_up() {
     let api = KubeApi::start().await;
     let source = SecretSource::builder(client(&api), "default", "tls").build();
     let reloader = tls_reload::Reloader::builder()
-        .crypto_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .crypto_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
         .spawn(source)
         .unwrap();
     let err = reloader

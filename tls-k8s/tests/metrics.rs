@@ -33,7 +33,9 @@ async fn leadership_and_fenced_writes_are_recorded() {
         )
         .start(&token);
     let reloader = tls_reload::Reloader::builder()
-        .crypto_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .crypto_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
         .spawn(shared)
         .unwrap();
     reloader.ready_timeout(PATIENCE).await.unwrap();

@@ -170,9 +170,9 @@ pub use reloader::{Builder, ReloadTask, Reloader};
 /// The rustls this crate builds on, for `ServerConfig`, providers and the rest.
 pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
-pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider};
 #[cfg(feature = "ring")]
 pub use tls::ring_provider;
+pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider};
 pub use tls_source::clock::Rfc3339;
 pub use tls_source::{CertSource, CertSourceExt, FileSource};
 pub use tokio_util::sync::CancellationToken;

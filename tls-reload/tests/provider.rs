@@ -85,7 +85,9 @@ fn the_feature_provider_wins_over_the_process_default() {
     // A process default with one group, which neither feature's provider has alone.
     let mut other = rustls::crypto::aws_lc_rs::default_provider();
     other.kx_groups = vec![rustls::crypto::aws_lc_rs::kx_group::MLKEM1024];
-    other.install_default().expect("nothing was installed before");
+    other
+        .install_default()
+        .expect("nothing was installed before");
     let reloader = Reloader::spawn(source()).expect("the feature's provider");
     assert_ne!(groups(&reloader), [NamedGroup::MLKEM1024]);
 }

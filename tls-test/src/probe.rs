@@ -56,12 +56,13 @@ pub async fn probe_trusting(
     for root in roots {
         store.add(root.clone()).map_err(io::Error::other)?;
     }
-    let config =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(io::Error::other)?
-            .with_root_certificates(store)
-            .with_no_client_auth();
+    let config = ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(io::Error::other)?
+    .with_root_certificates(store)
+    .with_no_client_auth();
     let chain = handshake(addr, server_name, config).await?;
     let leaf = chain
         .first()
@@ -170,9 +171,11 @@ type Seen = Arc<Mutex<Vec<CertificateDer<'static>>>>;
 /// as [`probe`] uses: set ALPN or anything else on it, then [`connect`].
 ///
 /// # Panics
-/// If ring supports no safe protocol version.
+/// If aws-lc-rs supports no safe protocol version.
 pub fn client_config() -> ClientConfig {
-    recording_client().expect("ring supports TLS 1.2 and 1.3").0
+    recording_client()
+        .expect("aws-lc-rs supports TLS 1.2 and 1.3")
+        .0
 }
 
 /// Like [`client_config`], presenting `cert` (its chain and key) as the client's certificate.
@@ -181,7 +184,7 @@ pub fn client_config() -> ClientConfig {
 /// If the certificate's key cannot be used.
 pub fn client_config_with_cert(cert: &crate::TestCert) -> ClientConfig {
     recording_client_with(Some(cert))
-        .expect("ring supports TLS 1.2 and 1.3, and the key is usable")
+        .expect("aws-lc-rs supports TLS 1.2 and 1.3, and the key is usable")
         .0
 }
 

@@ -25,12 +25,13 @@ impl TestServer {
     /// # Panics
     /// If no loopback port can be bound.
     pub async fn start(resolver: Arc<dyn ResolvesServerCert>) -> Self {
-        let config =
-            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("protocol versions")
-                .with_no_client_auth()
-                .with_cert_resolver(resolver);
+        let config = ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0")
             .await

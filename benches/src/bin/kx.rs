@@ -1,0 +1,211 @@
+//! Full TLS 1.3 handshakes by provider and key exchange (BENCHMARKS.md, rows 3 and 9 by
+//! provider): a reloader's resolver on a plain tokio-rustls loop (row 3) and the accept stream
+//! (`Incoming`, row 9), each served on *ring* and on aws-lc-rs, each asked by a rustls client on
+//! aws-lc-rs restricted to X25519, and with its defaults (X25519MLKEM768 first, as reqwest's).
+//! Against *ring* the default client gets a `HelloRetryRequest` and settles on another group:
+//! that is the row the provider change removes.
+//!
+//! With `SERVE_ADDR`, the same two clients against a running `serve` (the black box).
+//!
+//! `cargo run --release -p benches --features ring --bin kx -- [N [SERVE_ADDR]]` (N handshakes
+//! per case, interleaved round by round: default 300).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use benches::{bundle, certs, median};
+use futures::StreamExt as _;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::ServerName;
+use rustls::{HandshakeKind, NamedGroup};
+use tls_reload::Reloader;
+use tls_source::Decoder;
+use tls_test::TestCert;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// A server under test: where it listens and what it is.
+struct Server {
+    name: String,
+    addr: SocketAddr,
+}
+
+/// A client: a name and its config (aws-lc-rs, no session cache: every handshake is full).
+struct Client {
+    name: &'static str,
+    config: Arc<rustls::ClientConfig>,
+}
+
+fn client(name: &'static str, cert: &TestCert, groups: Option<&[NamedGroup]>) -> Client {
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if let Some(groups) = groups {
+        provider.kx_groups.retain(|g| groups.contains(&g.name()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = Decoder::new()
+        .certificates("ca", cert.ca_pem.as_bytes())
+        .expect("a CA")
+        .remove(0);
+    roots.add(ca).expect("a usable root");
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    Client {
+        name,
+        config: Arc::new(config),
+    }
+}
+
+async fn plain_loop(reloader: &Reloader) -> SocketAddr {
+    let mut config = reloader.server_config().expect("a server config");
+    config.send_tls13_tickets = 0;
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn accept_stream(reloader: &Reloader) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut incoming = reloader.incoming(listener).expect("an accept stream");
+    tokio::spawn(async move {
+        while let Some(connection) = incoming.next().await {
+            drop(connection);
+        }
+    });
+    addr
+}
+
+/// One full handshake: its time, the group and whether a `HelloRetryRequest` was needed.
+async fn handshake(client: &Client, addr: SocketAddr) -> (Duration, Option<NamedGroup>, bool) {
+    let started = Instant::now();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let tls = TlsConnector::from(Arc::clone(&client.config))
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    let took = started.elapsed();
+    let (_, connection) = tls.get_ref();
+    let group = connection
+        .negotiated_key_exchange_group()
+        .map(rustls::crypto::SupportedKxGroup::name);
+    let retried = connection.handshake_kind() == Some(HandshakeKind::FullWithHelloRetryRequest);
+    (took, group, retried)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().map_or(300, |v| v.parse().expect("N: a number"));
+    let serve: Option<SocketAddr> = args.next().map(|v| v.parse().expect("SERVE_ADDR"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let certs = certs(1);
+    let clients = [
+        client("X25519 only", &certs[0], Some(&[NamedGroup::X25519])),
+        client("defaults (X25519MLKEM768 first)", &certs[0], None),
+    ];
+
+    let mut providers: Vec<(&str, Arc<CryptoProvider>)> = vec![(
+        "aws-lc-rs",
+        Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+    )];
+    #[cfg(feature = "ring")]
+    providers.insert(0, ("ring", Arc::new(tls_reload::ring_provider())));
+    #[cfg(not(feature = "ring"))]
+    eprintln!("(without --features ring: aws-lc-rs only)");
+
+    let mut servers = Vec::new();
+    let mut keep = Vec::new();
+    for (name, provider) in &providers {
+        let reloader = reloader_for(&runtime, Arc::clone(provider), &certs[0]);
+        servers.push(Server {
+            name: format!("{name}, reloader on a tokio-rustls loop (row 3)"),
+            addr: runtime.block_on(plain_loop(&reloader)),
+        });
+        servers.push(Server {
+            name: format!("{name}, accept stream (row 9)"),
+            addr: runtime.block_on(accept_stream(&reloader)),
+        });
+        keep.push(reloader);
+    }
+    if let Some(addr) = serve {
+        servers.push(Server {
+            name: format!("serve at {addr}"),
+            addr,
+        });
+    }
+
+    // Warm-up, then N rounds: in each, every client against every server once, so that the
+    // machine's drift falls on all cases alike.
+    let mut times = vec![vec![Vec::with_capacity(n); clients.len()]; servers.len()];
+    let mut seen = vec![vec![(None, 0usize); clients.len()]; servers.len()];
+    runtime.block_on(async {
+        for round in 0..n + 20 {
+            for (s, server) in servers.iter().enumerate() {
+                for (c, client) in clients.iter().enumerate() {
+                    let (took, group, retried) = handshake(client, server.addr).await;
+                    if round >= 20 {
+                        times[s][c].push(took);
+                        seen[s][c].0 = group;
+                        seen[s][c].1 += usize::from(retried);
+                    }
+                }
+            }
+        }
+    });
+    println!("{n} full TLS 1.3 handshakes per case, P-256 leaf, loopback, interleaved; medians:");
+    for (s, server) in servers.iter().enumerate() {
+        let baseline = median(times[s][0].clone());
+        for (c, client) in clients.iter().enumerate() {
+            let m = median(times[s][c].clone());
+            println!(
+                "  {:<55} {:<32} {:>8.1} µs  {:.3}x  group {:?}, HelloRetryRequest in {} of {n}",
+                server.name,
+                client.name,
+                m.as_secs_f64() * 1e6,
+                m.as_secs_f64() / baseline.as_secs_f64(),
+                seen[s][c].0,
+                seen[s][c].1,
+            );
+        }
+    }
+    drop(keep);
+}
+
+/// A reloader on `provider` serving `cert` (the CA the clients trust).
+fn reloader_for(
+    runtime: &tokio::runtime::Runtime,
+    provider: Arc<CryptoProvider>,
+    cert: &TestCert,
+) -> Reloader {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    tx.unbounded_send(Ok(bundle(cert))).unwrap();
+    runtime.block_on(async {
+        let reloader = Reloader::builder()
+            .crypto_provider(provider)
+            .spawn(rx.chain(futures::stream::pending()))
+            .expect("spawn");
+        reloader.ready().await.expect("ready");
+        reloader
+    })
+}
