@@ -118,7 +118,7 @@
 //!    (`tls-reload = { version = "0.1", features = ["aws-lc-rs"] }`), whether or not `ring` is
 //!    on too: features add up across a dependency graph, and a build that has both gets the
 //!    post-quantum one rather than an error;
-//! 2. *ring* when only `ring` is on ([`ring_provider`]);
+//! 2. *ring* when only `ring` is on (`ring_provider`);
 //! 3. otherwise the process default (`CryptoProvider::install_default`), read when the reloader
 //!    is built;
 //! 4. otherwise [`Error::NoCryptoProvider`], whose message says what to write.
@@ -128,7 +128,7 @@
 //! that current browsers and rustls clients offer first (a server on *ring* answers them with a
 //! `HelloRetryRequest`, one more round trip per full handshake), and FIPS. `ring` stays for builds
 //! where AWS-LC cannot be compiled; rustls deprecated its *ring* constructor, and
-//! [`ring_provider`] is the one place that calls it.
+//! `ring_provider` (feature `ring`) is the one place that calls it.
 
 #[cfg(feature = "accept")]
 mod accept;
@@ -155,7 +155,7 @@ mod validate;
 
 #[cfg(feature = "accept")]
 pub use accept::{
-    DEFAULT_CLOSE_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, Incoming,
+    DEFAULT_CLOSE_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, HTTP1_QUIET, Incoming,
     IncomingBuilder, TlsConnection, TlsInfo,
 };
 pub use client::{BoxError, ClientStatus, ClientTls, ClientTlsBuilder, Rebuilt};

@@ -1,7 +1,8 @@
 //! Connections follow the trust: an mTLS connection opened under CA A is closed once A has left
 //! the trusted set (its overlap over), over HTTP/1.1 keep-alive and HTTP/2, through
-//! `serve_http` (gracefully) and through `axum::serve` (for good after the grace period);
-//! a connection whose CA is still trusted stays open. Real handshakes over loopback, hyper
+//! `serve_http` (gracefully) and through `axum::serve` (its reads end at once: the response in
+//! flight is finished, no further request is read, HTTP/2 streams are cut); a connection whose
+//! CA is still trusted stays open. Real handshakes over loopback, hyper
 //! clients on both ends.
 #![cfg(all(feature = "hyper", feature = "axum"))]
 
@@ -41,9 +42,14 @@ async fn whoami_connect_info(
 enum Serving {
     /// `tls_reload::http::serve_http` serving this app: graceful closes.
     Helper(Router),
-    /// `axum::serve`, answering who the client is: the connection itself fails after the
-    /// grace period.
-    Axum,
+    /// `axum::serve` serving this app (with `ConnectInfo<TlsInfo>`): the connection's reads
+    /// end at a trust close, its writes after the grace period.
+    Axum(Router),
+}
+
+/// `axum::serve` answering who the client is.
+fn axum_whoami() -> Serving {
+    Serving::Axum(Router::new().route("/", get(whoami_connect_info)))
 }
 
 /// `serve_http` answering who the client is.
@@ -76,8 +82,7 @@ impl Server {
             Serving::Helper(app) => {
                 tokio::spawn(tls_reload::http::serve_http(incoming, app));
             }
-            Serving::Axum => {
-                let app = Router::new().route("/", get(whoami_connect_info));
+            Serving::Axum(app) => {
                 tokio::spawn(async move {
                     axum::serve(
                         incoming,
@@ -243,22 +248,90 @@ async fn serve_http_closes_an_http2_connection_whose_ca_left_with_goaway() {
     a_removed_ca_closes_its_connections(helper(), true, Duration::from_secs(3600)).await;
 }
 
+/// Under `axum::serve` a trust close ends the connection's reads: keep-alive HTTP/1.1 and
+/// HTTP/2 connections close without waiting for the grace period (an hour here). Before, they
+/// were answered until the grace period was over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn axum_serve_connections_whose_ca_left_fail_after_the_grace_period() {
+async fn axum_serve_closes_connections_whose_ca_left_without_waiting_for_the_grace_period() {
     for h2 in [false, true] {
-        a_removed_ca_closes_its_connections(Serving::Axum, h2, Duration::from_millis(200)).await;
+        a_removed_ca_closes_its_connections(axum_whoami(), h2, Duration::from_secs(3600)).await;
     }
 }
 
-/// A long response in flight when the CA leaves: the connection is cut at the end of the grace
-/// period, even though the client keeps it busy.
+/// Under `axum::serve`, HTTP/1.1: the response being written when the CA leaves is finished,
+/// then the connection reads no further request and closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
-    let a = TestCa::new("A");
-    let b = TestCa::new("B");
+async fn axum_serve_finishes_the_http1_response_in_flight_then_closes() {
+    let (a, b) = (TestCa::new("A"), TestCa::new("B"));
     let client_a = a.client_leaf("client-a");
-    // An endless body: a tick every 20 ms.
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let released = std::sync::Arc::clone(&release);
     let app = Router::new().route(
+        "/",
+        get(move || {
+            let (entered_tx, released) = (entered_tx.clone(), std::sync::Arc::clone(&released));
+            async move {
+                let _ = entered_tx.send(());
+                released.notified().await;
+                "the whole response"
+            }
+        }),
+    );
+    let grace = |b: IncomingBuilder| b.close_grace(Duration::from_secs(3600));
+    let server = Server::start(&[&a, &b], grace, Serving::Axum(app)).await;
+    let mut from_a = open(server.addr, &client_a, false).await.unwrap();
+    let in_flight = tokio::spawn(async move {
+        let body = from_a.get().await;
+        (body, from_a)
+    });
+    entered
+        .recv()
+        .await
+        .expect("the request reached the handler");
+    server.trust(&[&b]).await;
+    release.notify_one();
+    let (body, from_a) = tokio::time::timeout(PATIENCE, in_flight)
+        .await
+        .expect("the response comes")
+        .unwrap();
+    assert_eq!(body.unwrap(), "the whole response");
+    from_a.closed("A's connection after its response").await;
+}
+
+/// Under `axum::serve`, HTTP/2: a stream that never ends is cut within a second of the trust
+/// close, not at the end of the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_serve_cuts_http2_streams_of_a_connection_whose_ca_left_within_a_second() {
+    let (a, b) = (TestCa::new("A"), TestCa::new("B"));
+    let client_a = a.client_leaf("client-a");
+    let server = Server::start(
+        &[&a, &b],
+        |b| b.close_grace(Duration::from_secs(3600)),
+        Serving::Axum(endless()),
+    )
+    .await;
+    let mut from_a = open(server.addr, &client_a, true).await.unwrap();
+    let Sender::H2(send) = &mut from_a.send else {
+        unreachable!()
+    };
+    let request = hyper::Request::get("https://localhost/")
+        .body(Empty::new())
+        .unwrap();
+    let mut body = send.send_request(request).await.unwrap().into_body();
+    assert!(body.frame().await.is_some(), "the stream flows");
+    server.trust(&[&b]).await;
+    let cut = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
+    assert!(cut.is_ok(), "the stream was not cut within a second");
+    from_a.closed("A's connection").await;
+}
+
+/// An app whose one route answers with an endless body: a tick every 20 ms.
+fn endless() -> Router {
+    Router::new().route(
         "/",
         get(|| async {
             let ticks = futures::stream::unfold((), |()| async {
@@ -270,9 +343,18 @@ async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
             });
             axum::body::Body::from_stream(ticks)
         }),
-    );
+    )
+}
+
+/// A long response in flight when the CA leaves: the connection is cut at the end of the grace
+/// period, even though the client keeps it busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_never_ends_is_cut_after_the_grace_period() {
+    let a = TestCa::new("A");
+    let b = TestCa::new("B");
+    let client_a = a.client_leaf("client-a");
     let grace = |b: IncomingBuilder| b.close_grace(Duration::from_millis(300));
-    let server = Server::start(&[&a], grace, Serving::Helper(app)).await;
+    let server = Server::start(&[&a], grace, Serving::Helper(endless())).await;
     let mut from_a = open(server.addr, &client_a, true).await.unwrap();
     let Sender::H2(send) = &mut from_a.send else {
         unreachable!()

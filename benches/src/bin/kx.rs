@@ -125,14 +125,19 @@ fn main() {
         client("defaults (X25519MLKEM768 first)", &certs[0], None),
     ];
 
-    let mut providers: Vec<(&str, Arc<CryptoProvider>)> = vec![(
+    #[cfg(feature = "ring")]
+    let ring: Option<(&str, Arc<CryptoProvider>)> =
+        Some(("ring", Arc::new(tls_reload::ring_provider())));
+    #[cfg(not(feature = "ring"))]
+    let ring: Option<(&str, Arc<CryptoProvider>)> = {
+        eprintln!("(without --features ring: aws-lc-rs only)");
+        None
+    };
+    let aws: (&str, Arc<CryptoProvider>) = (
         "aws-lc-rs",
         Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
-    )];
-    #[cfg(feature = "ring")]
-    providers.insert(0, ("ring", Arc::new(tls_reload::ring_provider())));
-    #[cfg(not(feature = "ring"))]
-    eprintln!("(without --features ring: aws-lc-rs only)");
+    );
+    let providers: Vec<_> = ring.into_iter().chain([aws]).collect();
 
     let mut servers = Vec::new();
     let mut keep = Vec::new();

@@ -26,17 +26,43 @@ use crate::{CertResolver, Status};
 ///
 /// With client authentication, the connection follows the trust that let it in: when a client
 /// CA leaves the trusted set (its overlap ended), the client's chain is verified again against
-/// the CAs trusted now, and if it fails, [`close_signal`](Self::close_signal) fires (close
-/// gracefully: HTTP/2 GOAWAY, HTTP/1.1 close after the response in flight), and after the
-/// grace period ([`IncomingBuilder::close_grace`](crate::IncomingBuilder::close_grace),
-/// default 10 s) every read and write fails, so the server drops it whatever its protocol (a
-/// long gRPC stream or a WebSocket cannot outlive it). This is in the connection itself, so
-/// it holds for `axum::serve`, hyper and tonic alike.
+/// the CAs trusted now, and if it fails (a *trust close*):
+/// - its reads end (end of file): the server reads nothing more the client sends. Over HTTP/2
+///   at once: the connection ends and its streams are cut. Over HTTP/1.1 (or no ALPN) once the
+///   request being answered has its response: no further request is read, a response in
+///   flight is finished (the reads end once the connection has written nothing for
+///   [`HTTP1_QUIET`] and read nothing since its last flush), and the connection closes;
+/// - [`close_signal`](Self::close_signal) fires, for servers that close gracefully on it;
+/// - after the grace period ([`IncomingBuilder::close_grace`](crate::IncomingBuilder::close_grace),
+///   default 10 s) every write fails too, so the server drops it whatever it is still writing
+///   (a long download, a WebSocket).
+///
+/// This is in the connection itself, so it holds for `axum::serve`, hyper and tonic alike: the
+/// accept stream cannot see request boundaries, so what it does is end the reads. Recycling
+/// ([`recycle_signal`](Self::recycle_signal)) and shutdown stay graceful: they end nothing.
 pub struct TlsConnection<IO> {
     pub(super) stream: TlsStream<IO>,
     pub(super) peer: Option<SocketAddr>,
     pub(super) recycle: Option<Recycle>,
     pub(super) lifetime: Option<Lifetime>,
+    pub(super) drain: Drain,
+}
+
+/// After a trust close, an HTTP/1.1 connection's reads end once it has written nothing for this
+/// long and read nothing since its last flush: its response in flight is done (a server writes
+/// a response without pausing this long), and no request is half answered (the server, seeing
+/// the end of the reads in the middle of one, would drop its response).
+pub const HTTP1_QUIET: Duration = Duration::from_millis(100);
+
+/// When the reads of an HTTP/1.1 connection end after a trust close (see [`HTTP1_QUIET`]).
+#[derive(Default)]
+pub(super) struct Drain {
+    /// Bytes were read, and no write then flush has followed: a request is being answered.
+    answering: bool,
+    /// Written since `answering` was set.
+    written: bool,
+    /// After the trust close: the end of the quiet, pushed back by every write.
+    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// When a connection must close: its client no longer trusted (or its certificate expired).
@@ -336,7 +362,51 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        if self.is_closing() {
+            // A trust close: the reads end (nothing read, end of file), whatever the client
+            // sends; the writes go on until the grace period is over.
+            if self.alpn_protocol() == Some(b"h2") || self.drained(cx) {
+                return Poll::Ready(Ok(()));
+            }
+            return Poll::Pending;
+        }
+        let this = &mut *self;
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if this.lifetime.is_some() && buf.filled().len() > filled {
+            this.drain.answering = true;
+        }
+        read
+    }
+}
+
+impl<IO> TlsConnection<IO> {
+    /// After a trust close over HTTP/1.1: whether the reads may end now (see [`HTTP1_QUIET`]);
+    /// if not, `cx` is woken when they may.
+    fn drained(&mut self, cx: &mut Context<'_>) -> bool {
+        let quiet = self
+            .drain
+            .quiet
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(HTTP1_QUIET)));
+        if self.drain.answering {
+            // A request is being answered: its response's flush will wake the reader.
+            if let Some(lifetime) = &self.lifetime {
+                lifetime.woken.connection.register(cx.waker());
+            }
+            return false;
+        }
+        quiet.as_mut().poll(cx).is_ready()
+    }
+
+    /// A write (or flush): the answer to what was read has begun; after a trust close, the
+    /// quiet starts again.
+    fn wrote(&mut self) {
+        self.drain.written = self.drain.answering;
+        if let Some(quiet) = self.drain.quiet.as_mut() {
+            quiet
+                .as_mut()
+                .reset(tokio::time::Instant::now() + HTTP1_QUIET);
+        }
     }
 }
 
@@ -349,6 +419,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
+        self.wrote();
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
@@ -356,7 +427,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
-        Pin::new(&mut self.stream).poll_flush(cx)
+        let flushed = Pin::new(&mut self.stream).poll_flush(cx);
+        if flushed.is_ready() && self.drain.written {
+            // An answer went out: a reader parked by a trust close may end after the quiet.
+            self.drain.answering = false;
+            self.drain.written = false;
+            if let Some(lifetime) = &self.lifetime {
+                lifetime.woken.connection.wake();
+            }
+            self.wrote();
+        }
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -371,6 +452,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
+        self.wrote();
         Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 mod connection;
 
 use connection::{Follow, Lifetime, Recycle};
-pub use connection::{TlsConnection, TlsInfo};
+pub use connection::{HTTP1_QUIET, TlsConnection, TlsInfo};
 
 use crate::{CertResolver, NotReady, Reloader, Status};
 
@@ -196,9 +196,9 @@ impl fmt::Debug for IncomingBuilder {
 
 impl IncomingBuilder {
     /// With client authentication: how long a connection whose client is no longer trusted
-    /// (its CA left the trusted set) may take to close gracefully before every read and write
-    /// on it fails (see [`TlsConnection`]). Default: [`DEFAULT_CLOSE_GRACE`]. `Duration::ZERO`
-    /// closes at once.
+    /// (its CA left the trusted set) may go on writing (the response in flight) before every
+    /// write on it fails too; its reads end at once (see [`TlsConnection`]). Default:
+    /// [`DEFAULT_CLOSE_GRACE`]. `Duration::ZERO` closes at once.
     pub fn close_grace(mut self, grace: Duration) -> Self {
         self.close_grace = grace;
         self
@@ -494,6 +494,7 @@ where
                         peer,
                         recycle,
                         lifetime,
+                        drain: connection::Drain::default(),
                     })
                 }
                 Ok(Err(err)) => {
