@@ -1431,6 +1431,67 @@ async fn metrics_are_served_for_prometheus() {
     assert_eq!(serve.exit_code().await, Some(0));
 }
 
+/// `--cert` and `--key` replaced one after the other, milliseconds apart (two renames): the new
+/// pair is served, and nothing was logged or counted as a rejection on the way. A key that stays
+/// alone is still refused and counted.
+#[tokio::test]
+async fn a_pair_replaced_file_by_file_is_no_rejection_and_a_lone_key_still_is() {
+    let metrics_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let ca = TestCa::new("serve two renames");
+    let [a, b, c] = ca.leaves(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&crt, &a.chain_pem).unwrap();
+    std::fs::write(&key, &a.key_pem).unwrap();
+    let serve = Serve::start(&[
+        "--cert",
+        crt.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--metrics",
+        &metrics_addr.to_string(),
+    ])
+    .await;
+    assert_eq!(serve.status().await["fingerprint_sha256"], a.fingerprint);
+    let mismatches = |text: &str| {
+        scraped(
+            text,
+            "tls_reload_rejections_total{route=\"\",reason=\"key_mismatch\"}",
+        )
+        .unwrap_or(0.0)
+    };
+
+    tls_test::replace_by_rename(&key, b.key_pem.as_bytes()).unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await; // the writer's pause between its files
+    tls_test::replace_by_rename(&crt, b.chain_pem.as_bytes()).unwrap();
+    let status = serve
+        .wait_status("the new pair", |s| s["fingerprint_sha256"] == b.fingerprint)
+        .await;
+    assert_eq!(status["last_error"], serde_json::Value::Null);
+    assert_eq!(status["generation"], 2, "one install, nothing between");
+    let text = http_get(metrics_addr, "/metrics").await;
+    assert_eq!(mismatches(&text), 0.0, "{text}");
+
+    // A key alone, which stays alone: refused and counted, once its quiet is over.
+    tls_test::replace_by_rename(&key, c.key_pem.as_bytes()).unwrap();
+    let status = serve
+        .wait_status("the lone key refused", |s| !s["last_error"].is_null())
+        .await;
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("does not match"),
+        "{status}"
+    );
+    assert_eq!(status["fingerprint_sha256"], b.fingerprint);
+    let text = http_get(metrics_addr, "/metrics").await;
+    assert_eq!(mismatches(&text), 1.0, "{text}");
+}
+
 /// A kubelet-style directory holding `first`, and serve following it.
 async fn serve_dir(
     first: &TestCert,

@@ -168,12 +168,41 @@ impl TestCa {
         )
     }
 
+    /// A new leaf for `names` with the key of `of`: a renewal that keeps the key (what
+    /// cert-manager does with `rotationPolicy: Never`).
+    ///
+    /// # Panics
+    /// If a name is not a valid DNS name or IP address, or `of`'s key does not parse.
+    pub fn renewed(&self, names: &[&str], of: &TestCert) -> TestCert {
+        let key = KeyPair::from_pem(&of.key_pem).expect("a test key");
+        let now = SystemTime::now();
+        self.leaf_keyed(
+            names,
+            now - Duration::from_secs(3600),
+            now + Duration::from_secs(86400),
+            ExtendedKeyUsagePurpose::ServerAuth,
+            key,
+        )
+    }
+
     fn leaf_with(
         &self,
         names: &[&str],
         not_before: SystemTime,
         not_after: SystemTime,
         purpose: ExtendedKeyUsagePurpose,
+    ) -> TestCert {
+        let key = KeyPair::generate().expect("generate leaf key");
+        self.leaf_keyed(names, not_before, not_after, purpose, key)
+    }
+
+    fn leaf_keyed(
+        &self,
+        names: &[&str],
+        not_before: SystemTime,
+        not_after: SystemTime,
+        purpose: ExtendedKeyUsagePurpose,
+        key: KeyPair,
     ) -> TestCert {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone()).expect("valid names");
@@ -187,7 +216,6 @@ impl TestCa {
         params.not_after = not_after.into();
         params.extended_key_usages = vec![purpose];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        let key = KeyPair::generate().expect("generate leaf key");
         let issuer = Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(&key, &issuer).expect("sign leaf");
         let cert_pem = cert.pem();

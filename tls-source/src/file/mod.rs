@@ -75,9 +75,11 @@ pub const DEFAULT_IN_PLACE_QUIET: Duration = Duration::from_millis(100);
 ///   inodes: the `..data` swap, a rename over the file) are passed on at once. Files written *in place* (the same inodes with
 ///   new content, e.g. a chain rewritten line by line) are passed on only after they have been
 ///   quiet for [`in_place_quiet`](FileSourceBuilder::in_place_quiet) and a re-read agrees, so a
-///   leaf without its intermediate is never passed on. A key that does not match its
-///   certificate (a writer between the two files) is refused by the reload core, which keeps
-///   the last good pair.
+///   leaf without its intermediate is never passed on. One file of the pair replaced alone in
+///   a way that cannot make a good pair (the key alone; with feature `x509`, the certificate
+///   alone for another key) waits the same quiet for the other file: `--cert` and `--key`
+///   replaced one after the other are passed on once, as one pair. A key that does not match
+///   its certificate after that is refused by the reload core, which keeps the last good pair.
 /// - **Errors are reports.** A missing, unreadable, oversized or malformed file is an `Err` item
 ///   naming the path; the same error is not repeated until something changes (or a
 ///   [`Trigger`] forces a read), and the source carries on.

@@ -142,15 +142,22 @@ impl FileReader {
             return None;
         }
         let ids = files.ids();
-        if !force && self.last_ids.as_ref() == Some(&ids) {
-            // The same files with new content: written in place, maybe still being written.
+        // The same files with new content: written in place, maybe still being written. Or one
+        // file of the pair replaced alone in a way that cannot make a good pair: the other is
+        // being written (`--cert`/`--key` replaced one after the other).
+        let waiting = if self.last_ids.as_ref() == Some(&ids) {
+            Some("files changed in place; waiting until they are quiet")
+        } else {
+            self.half_pair(&files.contents)
+        };
+        if let (false, Some(why)) = (force, waiting) {
             match &self.unsettled {
                 Some((contents, since))
                     if *contents == files.contents
                         && since.elapsed() >= self.config.in_place_quiet => {}
                 Some((contents, _)) if *contents == files.contents => return None,
                 _ => {
-                    tracing::debug!(cert = %self.config.cert.display(), "files changed in place; waiting until they are quiet");
+                    tracing::debug!(cert = %self.config.cert.display(), "{why}");
                     self.unsettled = Some((files.contents, std::time::Instant::now()));
                     return None;
                 }
@@ -192,6 +199,45 @@ impl FileReader {
             }
             Err(err) => self.report(err, true),
         }
+    }
+
+    /// Why `contents` look like half of a pair being written, if they do: compared with what was
+    /// last passed on, the key changed alone (a new key never matches the certificate it had),
+    /// or the certificate changed alone to one for another key (with feature `x509`; a renewal
+    /// that keeps the key passes at once). Such a read waits, as an in-place write does, for
+    /// [`in_place_quiet`](FileSourceBuilder::in_place_quiet): the other file arriving meanwhile
+    /// makes one good pair, not a rejection and then an install; a half that stays is passed on
+    /// then (and refused by the reload core, as it should be).
+    fn half_pair(&self, contents: &PerFile<Vec<u8>>) -> Option<&'static str> {
+        let last = self.last_raw.as_ref()?;
+        if self.config.certificates_only || contents.ca != last.ca {
+            return None;
+        }
+        let (cert_changed, key_changed) = (contents.cert != last.cert, contents.key != last.key);
+        if key_changed && !cert_changed {
+            return Some("the key changed alone; waiting for its certificate");
+        }
+        #[cfg(feature = "x509")]
+        if cert_changed && !key_changed {
+            let spki = |pem: &[u8]| {
+                let der = self
+                    .config
+                    .decoder
+                    .certificates("", pem)
+                    .ok()?
+                    .into_iter()
+                    .next()?;
+                crate::x509::LeafInfo::parse(der.as_ref())
+                    .ok()
+                    .map(|leaf| leaf.spki_der)
+            };
+            if let (Some(new), Some(old)) = (spki(&contents.cert), spki(&last.cert))
+                && new != old
+            {
+                return Some("the certificate changed alone to another key; waiting for its key");
+            }
+        }
+        None
     }
 
     /// Whether every file still has the stamp it had at the last read, so that a read now would

@@ -234,3 +234,57 @@ fn the_recheck_after_a_new_watch_reads_only_when_a_stamp_changed() {
     let _ = reader.read_now();
     assert!(!reader.unchanged(), "the last read failed");
 }
+
+/// `--cert` and `--key` replaced one after the other (two renames): the half-written pair is
+/// held for `in_place_quiet`, so the reader passes on the good pair once, not a mismatch first;
+/// a half that stays is passed on after the quiet (for the reload core to refuse); a renewal
+/// that keeps the key passes at once (told from one for another key by the leaf's key: `x509`).
+#[cfg(feature = "x509")]
+#[test]
+fn a_pair_replaced_one_file_after_the_other_is_passed_on_once_whole() {
+    let ca = tls_test::TestCa::new("two renames");
+    let [a, b, c] = ca.leaves(&["localhost"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    fs::write(&crt, &a.cert_pem).unwrap();
+    fs::write(&key, &a.key_pem).unwrap();
+    let quiet = Duration::from_millis(50);
+    let mut reader = FileSource::builder(&crt, &key)
+        .in_place_quiet(quiet)
+        .build_reader();
+    let served = |item: Option<Result<CertBundle, Error>>| {
+        tls_test::fingerprint(item.expect("an item").expect("a bundle").chain()[0].as_ref())
+    };
+    assert_eq!(served(reader.check()), a.fingerprint);
+
+    // Key first, then its certificate: nothing until the certificate is there, then the pair.
+    tls_test::replace_by_rename(&key, b.key_pem.as_bytes()).unwrap();
+    assert!(reader.check().is_none(), "the key alone is held");
+    assert!(reader.settling().is_some(), "and looked at again");
+    tls_test::replace_by_rename(&crt, b.cert_pem.as_bytes()).unwrap();
+    assert_eq!(served(reader.check()), b.fingerprint);
+
+    // Certificate first (for another key), then the key.
+    tls_test::replace_by_rename(&crt, c.cert_pem.as_bytes()).unwrap();
+    assert!(
+        reader.check().is_none(),
+        "a certificate for another key alone is held"
+    );
+    tls_test::replace_by_rename(&key, c.key_pem.as_bytes()).unwrap();
+    assert_eq!(served(reader.check()), c.fingerprint);
+
+    // A renewal that keeps the key: at once.
+    let renewed = ca.renewed(&["localhost"], &c);
+    tls_test::replace_by_rename(&crt, renewed.cert_pem.as_bytes()).unwrap();
+    assert_eq!(served(reader.check()), renewed.fingerprint);
+
+    // A key alone that stays alone: passed on after the quiet, for the reload core to refuse.
+    tls_test::replace_by_rename(&key, a.key_pem.as_bytes()).unwrap();
+    assert!(reader.check().is_none());
+    std::thread::sleep(quiet);
+    let stays = reader.check().expect("passed on after the quiet").unwrap();
+    assert_eq!(
+        tls_test::fingerprint(stays.chain()[0].as_ref()),
+        renewed.fingerprint
+    );
+}
