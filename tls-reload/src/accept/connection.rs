@@ -432,7 +432,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
             // An answer went out: a reader parked by a trust close may end after the quiet.
             self.drain.answering = false;
             self.drain.written = false;
-            if let Some(lifetime) = &self.lifetime {
+            if let Some(lifetime) = self.lifetime.as_ref().filter(|l| l.closing.is_cancelled()) {
                 lifetime.woken.connection.wake();
             }
             self.wrote();
