@@ -176,8 +176,9 @@ pub(crate) fn refusing_config(
 /// rustls's *ring* provider, for a build that chooses `ring` (feature `ring`).
 ///
 /// rustls 0.23.48 deprecated `rustls::crypto::ring::default_provider` because *ring* has no
-/// post-quantum key exchange: a server on it negotiates X25519 where current clients offer
-/// X25519MLKEM768 first. *ring* still builds where aws-lc-rs cannot (no C compiler able to build
+/// post-quantum key exchange: a server on it answers a current client, which offers
+/// X25519MLKEM768 first, with a `HelloRetryRequest` (one more round trip per full handshake)
+/// and settles on a classical group. *ring* still builds where aws-lc-rs cannot (no C compiler able to build
 /// AWS-LC, some targets), so this workspace keeps it as an opt-in, and this function is the one
 /// place that calls the deprecated constructor: use it instead of rustls's, and no build of
 /// yours warns. Prefer aws-lc-rs (feature `aws-lc-rs`) when it builds.
