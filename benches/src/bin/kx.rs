@@ -5,10 +5,12 @@
 //! Against *ring* the default client gets a `HelloRetryRequest` and settles on another group:
 //! that is the row the provider change removes.
 //!
-//! With `SERVE_ADDR`, the same two clients against a running `serve` (the black box).
+//! With `SERVE`, the path of a `serve` binary, the same two clients against it too, started
+//! here on the bench's certificate (`--cert-dir`, kubelet-style).
 //!
-//! `cargo run --release -p benches --features ring --bin kx -- [N [SERVE_ADDR]]` (N handshakes
-//! per case, interleaved round by round: default 300).
+//! `cargo build --release --example serve && cargo run --release -p benches --features ring
+//! --bin kx -- [N [target/release/examples/serve]]` (N handshakes per case, interleaved round by
+//! round: default 300).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -112,7 +114,7 @@ async fn handshake(client: &Client, addr: SocketAddr) -> (Duration, Option<Named
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(300, |v| v.parse().expect("N: a number"));
-    let serve: Option<SocketAddr> = args.next().map(|v| v.parse().expect("SERVE_ADDR"));
+    let serve: Option<std::path::PathBuf> = args.next().map(Into::into);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -153,12 +155,15 @@ fn main() {
         });
         keep.push(reloader);
     }
-    if let Some(addr) = serve {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let _serve = serve.map(|binary| {
+        let (child, addr) = start_serve(&binary, dir.path(), &certs[0]);
         servers.push(Server {
-            name: format!("serve at {addr}"),
+            name: format!("{} (its default build)", binary.display()),
             addr,
         });
-    }
+        child
+    });
 
     // Warm-up, then N rounds: in each, every client against every server once, so that the
     // machine's drift falls on all cases alike.
@@ -195,6 +200,49 @@ fn main() {
         }
     }
     drop(keep);
+}
+
+/// `serve --cert-dir` on `cert`, written under `dir` the kubelet's way; killed when dropped.
+fn start_serve(
+    binary: &std::path::Path,
+    dir: &std::path::Path,
+    cert: &TestCert,
+) -> (KillOnDrop, SocketAddr) {
+    use std::io::BufRead as _;
+    let kube = tls_test::KubeDir::new(dir.join("tls")).expect("a directory");
+    kube.write(&[
+        ("tls.crt", cert.chain_pem.as_bytes()),
+        ("tls.key", cert.key_pem.as_bytes()),
+    ])
+    .expect("written");
+    let mut child = std::process::Command::new(binary)
+        .args(["--listen", "127.0.0.1:0", "--cert-dir"])
+        .arg(kube.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+        .read_line(&mut line)
+        .expect("serve announces itself");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on https://")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .expect("an address");
+    (KillOnDrop(child), addr)
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A reloader on `provider` serving `cert` (the CA the clients trust).
