@@ -181,7 +181,7 @@ impl TestCa {
             now - Duration::from_secs(3600),
             now + Duration::from_secs(86400),
             ExtendedKeyUsagePurpose::ServerAuth,
-            key,
+            &key,
         )
     }
 
@@ -193,7 +193,7 @@ impl TestCa {
         purpose: ExtendedKeyUsagePurpose,
     ) -> TestCert {
         let key = KeyPair::generate().expect("generate leaf key");
-        self.leaf_keyed(names, not_before, not_after, purpose, key)
+        self.leaf_keyed(names, not_before, not_after, purpose, &key)
     }
 
     fn leaf_keyed(
@@ -202,7 +202,7 @@ impl TestCa {
         not_before: SystemTime,
         not_after: SystemTime,
         purpose: ExtendedKeyUsagePurpose,
-        key: KeyPair,
+        key: &KeyPair,
     ) -> TestCert {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone()).expect("valid names");
@@ -217,7 +217,7 @@ impl TestCa {
         params.extended_key_usages = vec![purpose];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         let issuer = Issuer::from_params(&self.params, &self.key);
-        let cert = params.signed_by(&key, &issuer).expect("sign leaf");
+        let cert = params.signed_by(key, &issuer).expect("sign leaf");
         let cert_pem = cert.pem();
         TestCert {
             chain_pem: format!("{cert_pem}{}", self.cert.pem()),
