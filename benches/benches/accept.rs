@@ -15,7 +15,7 @@ use futures::StreamExt as _;
 use rustls::pki_types::ServerName;
 use tls_reload::{Incoming, Reloader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsConnector;
 
 fn config(reloader: &Reloader) -> rustls::ServerConfig {
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
@@ -29,19 +29,7 @@ fn config(reloader: &Reloader) -> rustls::ServerConfig {
 
 /// The loop users wrote by hand: accept, spawn, handshake.
 async fn plain(reloader: &Reloader) -> SocketAddr {
-    let acceptor = TlsAcceptor::from(Arc::new(config(reloader)));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let _ = tcp.set_nodelay(true);
-                let _ = acceptor.accept(tcp).await;
-            });
-        }
-    });
-    addr
+    benches::plain_loop(config(reloader)).await
 }
 
 /// The accept stream, each established connection handed to a task (as a server does).

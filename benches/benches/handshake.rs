@@ -12,8 +12,8 @@ use benches::{Fed, Swapper, bundle, certs, provider, verifying_client};
 use criterion::{Criterion, criterion_group, criterion_main};
 use rustls::ServerConfig;
 use rustls::pki_types::ServerName;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 fn server_config() -> rustls::ConfigBuilder<ServerConfig, rustls::WantsVerifier> {
     ServerConfig::builder_with_provider(provider())
@@ -21,21 +21,8 @@ fn server_config() -> rustls::ConfigBuilder<ServerConfig, rustls::WantsVerifier>
         .unwrap()
 }
 
-async fn serve(mut config: ServerConfig) -> SocketAddr {
-    config.send_tls13_tickets = 0;
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let _ = tcp.set_nodelay(true);
-                let _ = acceptor.accept(tcp).await;
-            });
-        }
-    });
-    addr
+async fn serve(config: ServerConfig) -> SocketAddr {
+    benches::plain_loop(config).await
 }
 
 async fn handshake(connector: &TlsConnector, addr: SocketAddr) {

@@ -50,6 +50,28 @@ pub const DEFAULT_LEASE: Timing = (
     tls_k8s::store::DEFAULT_RETRY_PERIOD,
 );
 
+/// The loop users write by hand on `config`: accept, spawn a task, handshake, drop. No session
+/// tickets (`send_tls13_tickets = 0`): every handshake is full. Returns where it listens.
+///
+/// # Panics
+/// If no loopback port can be bound.
+pub async fn plain_loop(mut config: rustls::ServerConfig) -> std::net::SocketAddr {
+    config.send_tls13_tickets = 0;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    addr
+}
+
 /// The crypto provider of every bench: aws-lc-rs, as the workspace's tests and `serve`.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())

@@ -1067,10 +1067,7 @@ fn scraped(text: &str, series: &str) -> Option<f64> {
 /// server's certificate: `generation` stays.
 #[tokio::test]
 async fn the_client_ca_file_is_not_the_servers_ca_and_its_change_installs_nothing() {
-    let metrics_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let metrics_addr = tls_test::free_port();
     let (server_ca, a, b) = (
         TestCa::new("serve own CA"),
         TestCa::new("serve clients A"),
@@ -1380,10 +1377,7 @@ async fn http_get(addr: SocketAddr, path: &str) -> String {
 /// rejected update counted by its reason.
 #[tokio::test]
 async fn metrics_are_served_for_prometheus() {
-    let metrics_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let metrics_addr = tls_test::free_port();
     let ca = TestCa::new("serve metrics");
     let (a, b) = (ca.leaf(&["localhost"]), ca.leaf(&["localhost"]));
     let dir = tempfile::tempdir().unwrap();
@@ -1436,10 +1430,7 @@ async fn metrics_are_served_for_prometheus() {
 /// alone is still refused and counted.
 #[tokio::test]
 async fn a_pair_replaced_file_by_file_is_no_rejection_and_a_lone_key_still_is() {
-    let metrics_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let metrics_addr = tls_test::free_port();
     let ca = TestCa::new("serve two renames");
     let [a, b, c] = ca.leaves(&["localhost"]);
     let dir = tempfile::tempdir().unwrap();

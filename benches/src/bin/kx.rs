@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::{bundle, certs, median};
+use benches::{bundle, certs, median, plain_loop};
 use futures::StreamExt as _;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
@@ -25,7 +25,7 @@ use tls_reload::Reloader;
 use tls_source::Decoder;
 use tls_test::TestCert;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsConnector;
 
 /// A server under test: where it listens and what it is.
 struct Server {
@@ -60,24 +60,6 @@ fn client(name: &'static str, cert: &TestCert, groups: Option<&[NamedGroup]>) ->
         name,
         config: Arc::new(config),
     }
-}
-
-async fn plain_loop(reloader: &Reloader) -> SocketAddr {
-    let mut config = reloader.server_config().expect("a server config");
-    config.send_tls13_tickets = 0;
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let _ = tcp.set_nodelay(true);
-                let _ = acceptor.accept(tcp).await;
-            });
-        }
-    });
-    addr
 }
 
 async fn accept_stream(reloader: &Reloader) -> SocketAddr {
@@ -147,7 +129,9 @@ fn main() {
         let reloader = reloader_for(&runtime, Arc::clone(provider), &certs[0]);
         servers.push(Server {
             name: format!("{name}, reloader on a tokio-rustls loop (row 3)"),
-            addr: runtime.block_on(plain_loop(&reloader)),
+            addr: runtime.block_on(plain_loop(
+                reloader.server_config().expect("a server config"),
+            )),
         });
         servers.push(Server {
             name: format!("{name}, accept stream (row 9)"),
