@@ -143,7 +143,7 @@ fn main() {
     let _serve = serve.map(|binary| {
         let (child, addr) = start_serve(&binary, dir.path(), &certs[0]);
         servers.push(Server {
-            name: format!("{} (its default build)", binary.display()),
+            name: format!("{}", binary.display()),
             addr,
         });
         child
