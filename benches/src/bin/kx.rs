@@ -183,7 +183,65 @@ fn main() {
             );
         }
     }
+
+    // The same handshakes with no socket, no task and no process: both ends in one thread,
+    // records passed in memory. What is left is the handshake's CPU alone, on each provider.
+    println!("{n} in-memory handshakes per case (one thread, no I/O), medians:");
+    for (name, reloader) in providers.iter().map(|(name, _)| name).zip(&keep) {
+        let server = Arc::new(reloader.server_config().expect("a server config"));
+        let mut times = vec![Vec::with_capacity(n); clients.len()];
+        for round in 0..n + 20 {
+            for (c, client) in clients.iter().enumerate() {
+                let took = in_memory(&client.config, &server);
+                if round >= 20 {
+                    times[c].push(took);
+                }
+            }
+        }
+        let baseline = median(times[0].clone());
+        for (c, client) in clients.iter().enumerate() {
+            let m = median(times[c].clone());
+            println!(
+                "  {:<55} {:<32} {:>8.1} µs  {:.3}x",
+                format!("{name}, in memory"),
+                client.name,
+                m.as_secs_f64() * 1e6,
+                m.as_secs_f64() / baseline.as_secs_f64(),
+            );
+        }
+    }
     drop(keep);
+}
+
+/// One full handshake between `client` and `server` in this thread, the records passed in
+/// memory: its time.
+fn in_memory(client: &Arc<rustls::ClientConfig>, server: &Arc<rustls::ServerConfig>) -> Duration {
+    let started = Instant::now();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut client = rustls::ClientConnection::new(Arc::clone(client), name).expect("a client");
+    let mut server = rustls::ServerConnection::new(Arc::clone(server)).expect("a server");
+    let mut buffer = Vec::with_capacity(16 * 1024);
+    while client.is_handshaking() || server.is_handshaking() {
+        buffer.clear();
+        while client.wants_write() {
+            client.write_tls(&mut buffer).expect("written");
+        }
+        let mut read = &buffer[..];
+        while !read.is_empty() {
+            server.read_tls(&mut read).expect("read");
+        }
+        server.process_new_packets().expect("the client's flight");
+        buffer.clear();
+        while server.wants_write() {
+            server.write_tls(&mut buffer).expect("written");
+        }
+        let mut read = &buffer[..];
+        while !read.is_empty() {
+            client.read_tls(&mut read).expect("read");
+        }
+        client.process_new_packets().expect("the server's flight");
+    }
+    started.elapsed()
 }
 
 /// `serve --cert-dir` on `cert`, written under `dir` the kubelet's way; killed when dropped.
