@@ -9,8 +9,6 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser};
 use tls_acme::ChallengeType;
 
-/// The poll interval's bounds: below 10 ms a poll is a busy loop; beyond a year, time
-/// arithmetic overflows for nothing.
 /// serve's crypto provider, by the examples' features: aws-lc-rs by default (X25519MLKEM768, the
 /// post-quantum key exchange current clients offer first, at once), *ring* when built with
 /// `--no-default-features --features ring`.
@@ -26,6 +24,8 @@ pub(crate) fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider
     std::sync::Arc::new(provider)
 }
 
+/// The poll interval's bounds: below 10 ms a poll is a busy loop; beyond a year, time
+/// arithmetic overflows for nothing.
 const MIN_POLL: (Duration, &str) = (Duration::from_millis(10), "10ms");
 const MAX_POLL: (Duration, &str) = (Duration::from_secs(365 * 24 * 3600), "365d");
 /// The self-signed validity's bounds: tls-selfsigned's minimum (certificate times have
