@@ -356,11 +356,17 @@ impl fmt::Display for LastError<'_> {
     }
 }
 
+/// The routes without a certificate, the first few by name (a keyed list may hold thousands).
 struct Missing<'a>(&'a [String]);
 
 impl fmt::Display for Missing<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join(", "))
+        const SHOWN: usize = 5;
+        f.write_str(&self.0[..self.0.len().min(SHOWN)].join(", "))?;
+        if self.0.len() > SHOWN {
+            write!(f, " and {} more", self.0.len() - SHOWN)?;
+        }
+        Ok(())
     }
 }
 
@@ -373,5 +379,30 @@ impl fmt::Display for Names<'_> {
         } else {
             f.write_str(&self.0.join(", "))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_missing_names_the_first_few_and_counts_the_rest() {
+        let missing: Vec<String> = (1..=7).map(|i| format!("route r{i}.example.com")).collect();
+        let message = NotReady::RoutesMissing {
+            waited: Duration::from_secs(30),
+            missing,
+            last_error: None,
+        }
+        .to_string();
+        assert!(
+            message.starts_with(
+                "no certificate installed for route r1.example.com, route r2.example.com, \
+                 route r3.example.com, route r4.example.com, route r5.example.com and 2 more \
+                 after 30s (the others are)"
+            ),
+            "{message}"
+        );
+        assert!(!message.contains("r6"), "{message}");
     }
 }
