@@ -70,8 +70,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     let (mut every, mut count, mut mismatched) = (None, None, false);
     let (mut signing_ca, mut client) = (None, false);
     let (mut not_before, mut not_after) = (None, None);
+    // The workspace's one RFC 3339 parser: any date a certificate carries, 1950 and 9999 too.
     let date = |flag: &str, v: String| {
-        humantime::parse_rfc3339_weak(&v)
+        tls_source::clock::Rfc3339::parse(&v)
             .map(time::OffsetDateTime::from)
             .with_context(|| format!("{flag} {v}: not an RFC 3339 time like 2020-01-01T00:00:00Z"))
     };

@@ -358,6 +358,24 @@ async fn rotate_writes_expired_and_not_yet_valid_certificates_that_serve_refuses
         })
         .await;
     assert_ne!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
+
+    // The widest dates a certificate can carry: from 1950 (UTCTime) to 9999 (RFC 5280's "no
+    // expiration"), written and served.
+    rotate(
+        &certs,
+        &[
+            "--not-before",
+            "1950-01-01T00:00:00Z",
+            "--not-after",
+            "9999-12-31T23:59:59Z",
+        ],
+    )
+    .await;
+    let status = serve
+        .wait_status("the widest dates", |s| s["generation"] == 3)
+        .await;
+    assert_eq!(status["not_after"], "9999-12-31T23:59:59Z");
+    assert_eq!(status["last_error"], serde_json::Value::Null);
 }
 
 #[tokio::test]
