@@ -45,7 +45,6 @@ pub struct TlsConnection<IO> {
     pub(super) peer: Option<SocketAddr>,
     pub(super) recycle: Option<Recycle>,
     pub(super) lifetime: Option<Lifetime>,
-    pub(super) drain: Drain,
 }
 
 /// After a trust close, an HTTP/1.1 connection's reads end once it has written nothing for this
@@ -54,15 +53,42 @@ pub struct TlsConnection<IO> {
 /// the end of the reads in the middle of one, would drop its response).
 pub const HTTP1_QUIET: Duration = Duration::from_millis(100);
 
-/// When the reads of an HTTP/1.1 connection end after a trust close (see [`HTTP1_QUIET`]).
+/// When the reads of an HTTP/1.1 connection end after a trust close (see [`HTTP1_QUIET`]). Part
+/// of a [`Lifetime`]: a connection that follows no trust keeps no such state and does no work.
 #[derive(Default)]
-pub(super) struct Drain {
+struct Drain {
     /// Bytes were read, and no write then flush has followed: a request is being answered.
     answering: bool,
     /// Written since `answering` was set.
     written: bool,
     /// After the trust close: the end of the quiet, pushed back by every write.
     quiet: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+// ===== impl Drain =====
+
+impl Drain {
+    /// A write (or a flush that completed an answer): the answer to what was read has begun;
+    /// after a trust close, the quiet starts again.
+    fn wrote(&mut self) {
+        self.written = self.answering;
+        if let Some(quiet) = self.quiet.as_mut() {
+            quiet
+                .as_mut()
+                .reset(tokio::time::Instant::now() + HTTP1_QUIET);
+        }
+    }
+
+    /// A completed flush: whether it completed an answer (then a reader parked by a trust close
+    /// may end after the quiet).
+    fn flushed(&mut self) -> bool {
+        if !self.written {
+            return false;
+        }
+        self.answering = false;
+        self.wrote();
+        true
+    }
 }
 
 /// When a connection must close: its client no longer trusted (or its certificate expired).
@@ -72,6 +98,8 @@ pub(super) struct Lifetime {
     /// Completes at the end of the grace period after `closing`; `None` once it has: every
     /// read and write fails from then on.
     deadline: Option<BoxFuture<'static, ()>>,
+    /// After a trust close over HTTP/1.1: when the reads end.
+    drain: Drain,
     /// Polled with `woken`'s waker, and only when that was woken (or first): a read does not
     /// re-poll the trust watch, whose registration takes a lock every connection shares.
     woken: Arc<Woken>,
@@ -167,6 +195,7 @@ impl Lifetime {
         Some(Self {
             closing,
             deadline: Some(Box::pin(deadline)),
+            drain: Drain::default(),
             woken,
         })
     }
@@ -362,25 +391,34 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
-        if self.is_closing() {
+        let TlsConnection {
+            stream, lifetime, ..
+        } = &mut *self;
+        let Some(lifetime) = lifetime else {
+            return Pin::new(stream).poll_read(cx, buf);
+        };
+        if lifetime.closing.is_cancelled() {
             // A trust close: the reads end (nothing read, end of file), whatever the client
             // sends; the writes go on until the grace period is over.
-            if self.alpn_protocol() == Some(b"h2") || self.drained(cx) {
-                return Poll::Ready(Ok(()));
-            }
-            return Poll::Pending;
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            return if h2 || lifetime.drained(cx) {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            };
         }
-        let this = &mut *self;
         let filled = buf.filled().len();
-        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if this.lifetime.is_some() && buf.filled().len() > filled {
-            this.drain.answering = true;
+        let read = Pin::new(stream).poll_read(cx, buf);
+        if buf.filled().len() > filled {
+            lifetime.drain.answering = true;
         }
         read
     }
 }
 
-impl<IO> TlsConnection<IO> {
+// ===== impl Lifetime =====
+
+impl Lifetime {
     /// After a trust close over HTTP/1.1: whether the reads may end now (see [`HTTP1_QUIET`]);
     /// if not, `cx` is woken when they may.
     fn drained(&mut self, cx: &mut Context<'_>) -> bool {
@@ -390,23 +428,10 @@ impl<IO> TlsConnection<IO> {
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(HTTP1_QUIET)));
         if self.drain.answering {
             // A request is being answered: its response's flush will wake the reader.
-            if let Some(lifetime) = &self.lifetime {
-                lifetime.woken.connection.register(cx.waker());
-            }
+            self.woken.connection.register(cx.waker());
             return false;
         }
         quiet.as_mut().poll(cx).is_ready()
-    }
-
-    /// A write (or flush): the answer to what was read has begun; after a trust close, the
-    /// quiet starts again.
-    fn wrote(&mut self) {
-        self.drain.written = self.drain.answering;
-        if let Some(quiet) = self.drain.quiet.as_mut() {
-            quiet
-                .as_mut()
-                .reset(tokio::time::Instant::now() + HTTP1_QUIET);
-        }
     }
 }
 
@@ -419,7 +444,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
-        self.wrote();
+        if let Some(lifetime) = self.lifetime.as_mut() {
+            lifetime.drain.wrote();
+        }
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
@@ -428,14 +455,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
             return Poll::Ready(Err(err));
         }
         let flushed = Pin::new(&mut self.stream).poll_flush(cx);
-        if flushed.is_ready() && self.drain.written {
-            // An answer went out: a reader parked by a trust close may end after the quiet.
-            self.drain.answering = false;
-            self.drain.written = false;
-            if let Some(lifetime) = self.lifetime.as_ref().filter(|l| l.closing.is_cancelled()) {
-                lifetime.woken.connection.wake();
-            }
-            self.wrote();
+        if let Some(lifetime) = self.lifetime.as_mut()
+            && flushed.is_ready()
+            && lifetime.drain.flushed()
+            && lifetime.closing.is_cancelled()
+        {
+            // An answer went out: the reader parked by the trust close may end after the quiet.
+            lifetime.woken.connection.wake();
         }
         flushed
     }
@@ -452,7 +478,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<IO> {
         if let Some(err) = self.closed(cx) {
             return Poll::Ready(Err(err));
         }
-        self.wrote();
+        if let Some(lifetime) = self.lifetime.as_mut() {
+            lifetime.drain.wrote();
+        }
         Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 

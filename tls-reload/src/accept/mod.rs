@@ -494,7 +494,6 @@ where
                         peer,
                         recycle,
                         lifetime,
-                        drain: connection::Drain::default(),
                     })
                 }
                 Ok(Err(err)) => {
