@@ -81,11 +81,7 @@ async fn parallel(
 }
 
 fn accept(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(2);
     let certs = certs(1);
     let fed = Fed::start(&runtime, &certs[0]);
     let connector = TlsConnector::from(Arc::new(verifying_client(&certs[0])));

@@ -33,11 +33,7 @@ async fn handshake(connector: &TlsConnector, addr: SocketAddr) {
 }
 
 fn handshakes(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(2);
     let certs = certs(2);
     let bundles = [bundle(&certs[0]), bundle(&certs[1])];
     let connector = TlsConnector::from(Arc::new(verifying_client(&certs[0])));

@@ -36,11 +36,7 @@ impl Holder {
 }
 
 fn resolve(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(1);
     let certs = certs(2);
     let keys = [certified(&certs[0]), certified(&certs[1])];
     let bundles = [bundle(&certs[0]), bundle(&certs[1])];

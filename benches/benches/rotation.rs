@@ -147,11 +147,7 @@ async fn rotate_once(s: &mut Setup) -> Duration {
 }
 
 fn rotation(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(2);
     let mut group = c.benchmark_group("rotation_to_serve");
     let mut spread = Vec::new();
     for name in [

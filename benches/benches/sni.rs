@@ -21,11 +21,7 @@ const EXACT: usize = 9_000;
 const WILDCARD: usize = 1_000;
 
 fn sni(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(1);
     let default = &certs(1)[0];
     let routes = sni_bundles(EXACT, WILDCARD);
     let baseline: HashMap<String, Arc<CertifiedKey>> = routes

@@ -103,11 +103,7 @@ fn swap(c: &mut Criterion) {
     group.finish();
 
     // The public path: a bundle sent to the reloader until resolve() returns it.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(1);
     let fed = Fed::start(&runtime, &certs[0]);
     let resolver = fed.reloader.resolver();
     let bundles = [bundle(&certs[0]), bundle(&certs[1])];

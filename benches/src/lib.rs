@@ -50,6 +50,19 @@ pub const DEFAULT_LEASE: Timing = (
     tls_k8s::store::DEFAULT_RETRY_PERIOD,
 );
 
+/// A multi-threaded Tokio runtime of `workers` threads with its I/O and time drivers, as every
+/// bench runs its servers and clients on.
+///
+/// # Panics
+/// If the runtime cannot be built.
+pub fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime")
+}
+
 /// The loop users write by hand on `config`: accept, spawn a task, handshake, drop. No session
 /// tickets (`send_tls13_tickets = 0`): every handshake is full. Returns where it listens.
 ///
@@ -123,11 +136,23 @@ impl Fed {
     /// # Panics
     /// If the reloader cannot start.
     pub fn start(runtime: &tokio::runtime::Runtime, first: &TestCert) -> Self {
+        Self::start_on(runtime, first, provider())
+    }
+
+    /// [`start`](Self::start) on a crypto provider of the caller's.
+    ///
+    /// # Panics
+    /// If the reloader cannot start.
+    pub fn start_on(
+        runtime: &tokio::runtime::Runtime,
+        first: &TestCert,
+        provider: Arc<CryptoProvider>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded();
         tx.unbounded_send(Ok(bundle(first))).expect("open channel");
         let reloader = runtime.block_on(async {
             let reloader = Reloader::builder()
-                .crypto_provider(provider())
+                .crypto_provider(provider)
                 .spawn(rx)
                 .expect("spawn");
             reloader.ready().await.expect("ready");
@@ -270,6 +295,15 @@ impl FedRoutes {
 /// # Panics
 /// If the CA does not parse, which a generated one does.
 pub fn verifying_client(cert: &TestCert) -> rustls::ClientConfig {
+    verifying_client_on(cert, provider())
+}
+
+/// [`verifying_client`] on a crypto provider of the caller's (e.g. one restricted to some
+/// key-exchange groups).
+///
+/// # Panics
+/// As [`verifying_client`].
+pub fn verifying_client_on(cert: &TestCert, provider: Arc<CryptoProvider>) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(
@@ -279,7 +313,7 @@ pub fn verifying_client(cert: &TestCert) -> rustls::ClientConfig {
                 .remove(0),
         )
         .expect("a usable root");
-    let mut client = rustls::ClientConfig::builder_with_provider(provider())
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("aws-lc-rs supports TLS 1.3")
         .with_root_certificates(roots)

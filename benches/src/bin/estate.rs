@@ -49,11 +49,7 @@ fn unix_nanos(at: SystemTime) -> u128 {
 /// then answers `rotate I`, `add I`, `delete I`, `relist I` (compact and close the watches, then
 /// rotate I) with `done FINGERPRINT WRITTEN_AT_UNIX_NANOS`.
 fn emulator(n: usize) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = benches::runtime(1);
     let api = runtime.block_on(tls_test::KubeApi::start());
     let ca = TestCa::new("estate");
     let mut bytes = 0usize;
@@ -523,11 +519,7 @@ fn main() {
         "{} not found: cargo build --release --example serve",
         serve.display()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = benches::runtime(1);
     runtime.block_on(async {
         let empty = measure(&serve, 0, 3, metrics).await;
         report(&empty, empty.rss_kib, metrics);

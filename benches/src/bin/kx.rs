@@ -16,13 +16,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::{bundle, certs, median, plain_loop};
+use benches::{Fed, certs, median, plain_loop, verifying_client_on};
 use futures::StreamExt as _;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
 use rustls::{HandshakeKind, NamedGroup};
 use tls_reload::Reloader;
-use tls_source::Decoder;
 use tls_test::TestCert;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsConnector;
@@ -44,21 +43,9 @@ fn client(name: &'static str, cert: &TestCert, groups: Option<&[NamedGroup]>) ->
     if let Some(groups) = groups {
         provider.kx_groups.retain(|g| groups.contains(&g.name()));
     }
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = Decoder::new()
-        .certificates("ca", cert.ca_pem.as_bytes())
-        .expect("a CA")
-        .remove(0);
-    roots.add(ca).expect("a usable root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.resumption = rustls::client::Resumption::disabled();
     Client {
         name,
-        config: Arc::new(config),
+        config: Arc::new(verifying_client_on(cert, Arc::new(provider))),
     }
 }
 
@@ -97,11 +84,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(300, |v| v.parse().expect("N: a number"));
     let serve: Option<std::path::PathBuf> = args.next().map(Into::into);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = benches::runtime(2);
 
     let certs = certs(1);
     let clients = [
@@ -126,18 +109,18 @@ fn main() {
     let mut servers = Vec::new();
     let mut keep = Vec::new();
     for (name, provider) in &providers {
-        let reloader = reloader_for(&runtime, Arc::clone(provider), &certs[0]);
+        let fed = Fed::start_on(&runtime, &certs[0], Arc::clone(provider));
         servers.push(Server {
             name: format!("{name}, reloader on a tokio-rustls loop (row 3)"),
             addr: runtime.block_on(plain_loop(
-                reloader.server_config().expect("a server config"),
+                fed.reloader.server_config().expect("a server config"),
             )),
         });
         servers.push(Server {
             name: format!("{name}, accept stream (row 9)"),
-            addr: runtime.block_on(accept_stream(&reloader)),
+            addr: runtime.block_on(accept_stream(&fed.reloader)),
         });
-        keep.push(reloader);
+        keep.push(fed);
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
     let _serve = serve.map(|binary| {
@@ -187,8 +170,8 @@ fn main() {
     // The same handshakes with no socket, no task and no process: both ends in one thread,
     // records passed in memory. What is left is the handshake's CPU alone, on each provider.
     println!("{n} in-memory handshakes per case (one thread, no I/O), medians:");
-    for (name, reloader) in providers.iter().map(|(name, _)| name).zip(&keep) {
-        let server = Arc::new(reloader.server_config().expect("a server config"));
+    for (name, fed) in providers.iter().map(|(name, _)| name).zip(&keep) {
+        let server = Arc::new(fed.reloader.server_config().expect("a server config"));
         let mut times = vec![Vec::with_capacity(n); clients.len()];
         for round in 0..n + 20 {
             for (c, client) in clients.iter().enumerate() {
@@ -218,30 +201,31 @@ fn main() {
 fn in_memory(client: &Arc<rustls::ClientConfig>, server: &Arc<rustls::ServerConfig>) -> Duration {
     let started = Instant::now();
     let name = ServerName::try_from("localhost").unwrap();
-    let mut client = rustls::ClientConnection::new(Arc::clone(client), name).expect("a client");
-    let mut server = rustls::ServerConnection::new(Arc::clone(server)).expect("a server");
+    let client = rustls::ClientConnection::new(Arc::clone(client), name).expect("a client");
+    let server = rustls::ServerConnection::new(Arc::clone(server)).expect("a server");
+    let (mut client, mut server) = (
+        rustls::Connection::from(client),
+        rustls::Connection::from(server),
+    );
     let mut buffer = Vec::with_capacity(16 * 1024);
     while client.is_handshaking() || server.is_handshaking() {
-        buffer.clear();
-        while client.wants_write() {
-            client.write_tls(&mut buffer).expect("written");
-        }
-        let mut read = &buffer[..];
-        while !read.is_empty() {
-            server.read_tls(&mut read).expect("read");
-        }
-        server.process_new_packets().expect("the client's flight");
-        buffer.clear();
-        while server.wants_write() {
-            server.write_tls(&mut buffer).expect("written");
-        }
-        let mut read = &buffer[..];
-        while !read.is_empty() {
-            client.read_tls(&mut read).expect("read");
-        }
-        client.process_new_packets().expect("the server's flight");
+        pass_flight(&mut client, &mut server, &mut buffer);
+        pass_flight(&mut server, &mut client, &mut buffer);
     }
     started.elapsed()
+}
+
+/// What `from` has to send, read and processed by `to` (through `buffer`).
+fn pass_flight(from: &mut rustls::Connection, to: &mut rustls::Connection, buffer: &mut Vec<u8>) {
+    buffer.clear();
+    while from.wants_write() {
+        from.write_tls(buffer).expect("written");
+    }
+    let mut read = &buffer[..];
+    while !read.is_empty() {
+        to.read_tls(&mut read).expect("read");
+    }
+    to.process_new_packets().expect("the other side's flight");
 }
 
 /// `serve --cert-dir` on `cert`, written under `dir` the kubelet's way; killed when dropped.
@@ -285,22 +269,4 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A reloader on `provider` serving `cert` (the CA the clients trust).
-fn reloader_for(
-    runtime: &tokio::runtime::Runtime,
-    provider: Arc<CryptoProvider>,
-    cert: &TestCert,
-) -> Reloader {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tx.unbounded_send(Ok(bundle(cert))).unwrap();
-    runtime.block_on(async {
-        let reloader = Reloader::builder()
-            .crypto_provider(provider)
-            .spawn(rx.chain(futures::stream::pending()))
-            .expect("spawn");
-        reloader.ready().await.expect("ready");
-        reloader
-    })
 }
