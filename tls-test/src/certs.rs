@@ -91,12 +91,8 @@ impl TestCa {
 
     /// A leaf for `names` (DNS names or IP addresses), valid from an hour ago for a day.
     pub fn leaf(&self, names: &[&str]) -> TestCert {
-        let now = SystemTime::now();
-        self.leaf_valid(
-            names,
-            now - Duration::from_secs(3600),
-            now + Duration::from_secs(86400),
-        )
+        let (not_before, not_after) = valid_now();
+        self.leaf_valid(names, not_before, not_after)
     }
 
     /// A leaf for `names` whose validity ended a minute ago.
@@ -112,11 +108,11 @@ impl TestCa {
     /// A client certificate for `name` (extended key usage clientAuth), valid from an hour ago
     /// for a day.
     pub fn client_leaf(&self, name: &str) -> TestCert {
-        let now = SystemTime::now();
+        let (not_before, not_after) = valid_now();
         self.leaf_with(
             &[name],
-            now - Duration::from_secs(3600),
-            now + Duration::from_secs(86400),
+            not_before,
+            not_after,
             ExtendedKeyUsagePurpose::ClientAuth,
         )
     }
@@ -175,11 +171,11 @@ impl TestCa {
     /// If a name is not a valid DNS name or IP address, or `of`'s key does not parse.
     pub fn renewed(&self, names: &[&str], of: &TestCert) -> TestCert {
         let key = KeyPair::from_pem(&of.key_pem).expect("a test key");
-        let now = SystemTime::now();
+        let (not_before, not_after) = valid_now();
         self.leaf_keyed(
             names,
-            now - Duration::from_secs(3600),
-            now + Duration::from_secs(86400),
+            not_before,
+            not_after,
             ExtendedKeyUsagePurpose::ServerAuth,
             &key,
         )
@@ -229,6 +225,16 @@ impl TestCa {
             key_der: key.serialize_der(),
         }
     }
+}
+
+/// A leaf's validity when a test does not choose it: from an hour ago (so clock skew between
+/// the writer and the reader does not matter) for a day.
+fn valid_now() -> (SystemTime, SystemTime) {
+    let now = SystemTime::now();
+    (
+        now - Duration::from_secs(3600),
+        now + Duration::from_secs(86400),
+    )
 }
 
 impl TestCert {
