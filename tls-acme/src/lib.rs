@@ -55,12 +55,15 @@
 //! published in a Secret, HTTP-01 from the account's thumbprint, `THUMBPRINT_ANNOTATION`).
 //! An order in flight is stored before its challenge is answered, so a new leader resumes it.
 
+mod budget;
 mod challenge;
 mod client;
 mod error;
 #[cfg(feature = "k8s")]
 mod fleet;
 mod metrics;
+mod plan;
+mod record;
 mod source;
 mod status;
 mod store;
