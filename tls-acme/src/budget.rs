@@ -55,6 +55,7 @@ impl Budget {
     }
 
     /// How many first orders for `domain` (a registered domain) are within the week at `now`.
+    #[cfg(test)]
     pub(crate) fn spent(&self, domain: &str, now: SystemTime) -> usize {
         let (now, week) = (to_unix(now), WEEK.as_secs());
         self.spent.get(domain).map_or(0, |times| {
@@ -66,6 +67,7 @@ impl Budget {
     }
 
     /// Every spend still inside the week at `now`, across domains.
+    #[cfg(test)]
     pub(crate) fn total(&self, now: SystemTime) -> usize {
         self.spent.keys().map(|d| self.spent(d, now)).sum()
     }

@@ -57,6 +57,23 @@ pub enum Error {
         /// The CA's reason.
         reason: String,
     },
+    /// The weekly budget of first orders for the name's registered domain is spent
+    /// ([`AcmeBuilder::new_certificates_per_week`](crate::AcmeBuilder::new_certificates_per_week)):
+    /// the CA is not asked until it refills.
+    #[error(
+        "{name}: the budget of {limit} new certificates a week for {domain} is spent until {} (new_certificates_per_week)",
+        tls_source::clock::Rfc3339(*until)
+    )]
+    Budget {
+        /// The certificate's first name.
+        name: String,
+        /// Its registered domain.
+        domain: String,
+        /// The weekly limit.
+        limit: u32,
+        /// When one more may be ordered.
+        until: SystemTime,
+    },
     /// The order could not be completed this time (network, the CA's server error): retried
     /// with backoff.
     #[error("{name}: {reason}")]
@@ -84,13 +101,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A fleet's Secret could not be read or written (feature `k8s`).
-    #[error("ACME state in Secret {secret}: {reason}")]
+    /// A fleet's Secret could not be read or written, or what it holds cannot be used
+    /// (feature `k8s`).
+    #[error("ACME state in Secret {secret}: {source}")]
     Kube {
         /// The Secret's `namespace/name`.
         secret: String,
-        /// Why.
-        reason: String,
+        /// Why: the API's error (`kube::Error`), the value's (`serde_json::Error`), the seal's.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A fleet's Secret was written by a later leader (feature `k8s`): this replica no longer
     /// leads, and leaves the work to it.

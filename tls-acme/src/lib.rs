@@ -56,27 +56,27 @@
 //! An order in flight is stored before its challenge is answered, so a new leader resumes it.
 
 mod budget;
+mod builder;
 mod challenge;
-mod client;
+mod driver;
 mod error;
 #[cfg(feature = "k8s")]
 mod fleet;
 mod metrics;
+mod order;
 mod plan;
 mod record;
-mod source;
 mod status;
 mod store;
 
+#[cfg(feature = "k8s")]
+pub use builder::DEFAULT_CHALLENGE_PROPAGATION;
+pub use builder::{Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK};
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};
 pub use error::Error;
+pub use plan::REFUSED_BACKOFF;
+pub use status::{AcmeStatus, NameState, NameStatus, RenewReason};
 #[cfg(feature = "k8s")]
-pub use fleet::{
+pub use store::kube::{
     ACCOUNT_ANNOTATION, CERTIFICATE_LABEL, REPLACED_ANNOTATION, STATE_LABEL, THUMBPRINT_ANNOTATION,
 };
-#[cfg(feature = "k8s")]
-pub use source::DEFAULT_CHALLENGE_PROPAGATION;
-pub use source::{
-    Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK, REFUSED_BACKOFF,
-};
-pub use status::{AcmeStatus, NameState, NameStatus};

@@ -13,7 +13,7 @@ pub(crate) fn outcome(result: Result<(), &Error>) -> &'static str {
         Ok(()) => "issued",
         Err(Error::Refused { .. }) => "refused",
         Err(Error::Rejected { .. }) => "rejected",
-        Err(Error::RateLimited { .. }) => "rate_limited",
+        Err(Error::RateLimited { .. } | Error::Budget { .. }) => "rate_limited",
         Err(Error::BadCertificate { .. }) => "bad_certificate",
         Err(_) => "error",
     }

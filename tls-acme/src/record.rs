@@ -135,11 +135,6 @@ impl Record {
         serde_json::to_vec(&record).unwrap_or_default()
     }
 
-    /// Nothing worth storing: a name never tried.
-    pub(crate) fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// Clears what a failure left (not the refusals: the CA counts them by the hour).
     pub(crate) fn clear_failure(&mut self) {
         self.retry_at = None;

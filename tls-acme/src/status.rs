@@ -7,6 +7,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize, Serializer};
 use tls_source::clock::Rfc3339;
 
+pub use crate::record::RenewReason;
+
 /// The ACME client's state: the directory, the account and each certificate's name.
 #[derive(Debug, Clone, Default, Serialize)]
 #[non_exhaustive]
@@ -36,9 +38,15 @@ pub struct NameStatus {
     /// The served certificate's end, if one is stored.
     #[serde(serialize_with = "rfc3339")]
     pub not_after: Option<SystemTime>,
-    /// When it will be renewed.
+    /// When it will be renewed (the time renewal is due).
     #[serde(serialize_with = "rfc3339")]
     pub renew_after: Option<SystemTime>,
+    /// Why then: by the certificate's lifetime, or inside the CA's ARI window.
+    pub renew_reason: Option<RenewReason>,
+    /// When the CA's ARI is asked next (the CA may move the window, e.g. ahead of a
+    /// revocation).
+    #[serde(serialize_with = "rfc3339")]
+    pub ari_next: Option<SystemTime>,
     /// In `backoff`: when it will be tried again.
     #[serde(serialize_with = "rfc3339")]
     pub retry_at: Option<SystemTime>,
@@ -71,58 +79,30 @@ fn rfc3339<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Erro
     }
 }
 
-/// The names' status as the leader of a fleet publishes it for the other replicas (times in
-/// seconds since the epoch).
-#[cfg(feature = "k8s")]
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub(crate) struct StoredNames(BTreeMap<String, StoredName>);
-
-#[cfg(feature = "k8s")]
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredName {
-    state: NameState,
-    not_after: Option<u64>,
-    renew_after: Option<u64>,
-    retry_at: Option<u64>,
-    last_error: Option<String>,
-}
-
-#[cfg(feature = "k8s")]
-impl StoredNames {
-    pub(crate) fn of(names: &BTreeMap<String, NameStatus>) -> Self {
-        let secs = |t: Option<SystemTime>| t.map(crate::store::to_unix);
-        Self(
-            names
-                .iter()
-                .map(|(name, s)| {
-                    (
-                        name.clone(),
-                        StoredName {
-                            state: s.state,
-                            not_after: secs(s.not_after),
-                            renew_after: secs(s.renew_after),
-                            retry_at: secs(s.retry_at),
-                            last_error: s.last_error.clone(),
-                        },
-                    )
-                })
-                .collect(),
-        )
-    }
-
-    /// Sets the names this replica is configured with to what the leader says.
-    pub(crate) fn apply(&self, names: &mut BTreeMap<String, NameStatus>) {
-        let time = |t: Option<u64>| t.map(crate::store::from_unix);
-        for (name, status) in names.iter_mut() {
-            if let Some(stored) = self.0.get(name) {
-                *status = NameStatus {
-                    state: stored.state,
-                    not_after: time(stored.not_after),
-                    renew_after: time(stored.renew_after),
-                    retry_at: time(stored.retry_at),
-                    last_error: stored.last_error.clone(),
-                };
-            }
+impl NameStatus {
+    /// The status a fleet's other replicas show for a certificate, from the record its leader
+    /// stored, at `now`.
+    #[cfg(feature = "k8s")]
+    pub(crate) fn from_record(record: &crate::record::Record, now: SystemTime) -> Self {
+        use crate::record::from_unix;
+        let retry_at = record.retry_at.map(from_unix).filter(|t| *t > now);
+        let state = if record.failed {
+            NameState::Failed
+        } else if retry_at.is_some() {
+            NameState::Backoff
+        } else if record.cert.is_some() && record.renew_at.is_some_and(|t| from_unix(t) > now) {
+            NameState::Valid
+        } else {
+            NameState::Ordering
+        };
+        Self {
+            state,
+            not_after: record.not_after.map(from_unix),
+            renew_after: record.renew_at.map(from_unix),
+            renew_reason: record.renew_reason,
+            ari_next: record.ari_next.map(from_unix),
+            retry_at,
+            last_error: record.last_error.clone(),
         }
     }
 }

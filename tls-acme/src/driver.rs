@@ -1,0 +1,680 @@
+//! The driver, thin: for each certificate it asks the plan (`plan.rs`) what to do, does it
+//! through the CA (`order.rs`) and the store, and reports the outcome back to the plan, on the
+//! workspace's [`Clock`] and an injected random source.
+//!
+//! It runs in terms ([`Driver::run_term`]): one for ever with a state directory, one per
+//! leadership term in a fleet. A term loads what it needs from the store when it begins (the
+//! account, the weekly budget, each certificate's record) and keeps nothing when it ends, so a
+//! replica that leads again continues from what the leaders between wrote.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
+use tls_source::clock::{Clock, Rfc3339};
+use tls_source::x509::LeafInfo;
+use tls_source::{CertBundle, Decoder, Keyed, KeyedUpdate, Origin};
+use tokio::sync::{mpsc, watch};
+
+use crate::Error;
+use crate::budget::Budget;
+use crate::challenge::{ChallengeType, Challenges, Dns01Solver};
+use crate::order::{self, Answering, Ca, Directory, Trust};
+use crate::plan::{self, Action, Failure, Held as PlanHeld, Settings};
+use crate::record::{FailureKind, Record, from_unix};
+use crate::status::{AcmeStatus, NameState, NameStatus};
+use crate::store::{AcmeStore, InFlight, NewAccount, StoredCert};
+
+/// Where the driver's certificates go: the keyed source's channel.
+pub(crate) type Tx = mpsc::UnboundedSender<Result<Keyed, tls_source::Error>>;
+
+/// A number in [0, 1), drawn for the jitter of renewals and backoffs.
+pub(crate) type Random = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+/// The system's randomness.
+pub(crate) fn system_random() -> Random {
+    Arc::new(|| {
+        let mut bytes = [0u8; 8];
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+        #[allow(clippy::cast_precision_loss)] // 53 bits: exact in an f64
+        let fraction = (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64;
+        fraction
+    })
+}
+
+/// Stored certificates checked at once at start (each a few file reads and a parse).
+const LOAD_CONCURRENCY: usize = 32;
+
+/// Everything the driver is configured with, and what it shares with the [`Acme`](crate::Acme)
+/// handle (the challenges, the thumbprint, the status, the retry requests).
+pub(crate) struct Driver {
+    pub(crate) directory: String,
+    pub(crate) contact: Vec<String>,
+    pub(crate) eab: Option<(String, Vec<u8>)>,
+    pub(crate) groups: Vec<Vec<String>>,
+    pub(crate) store: Arc<dyn AcmeStore>,
+    pub(crate) challenge: ChallengeType,
+    pub(crate) answered_at: Option<String>,
+    pub(crate) dns01: Option<Arc<dyn Dns01Solver>>,
+    pub(crate) trust: Trust,
+    pub(crate) provider: Arc<CryptoProvider>,
+    pub(crate) stagger: Duration,
+    pub(crate) per_week: u32,
+    pub(crate) challenges: Arc<Challenges>,
+    pub(crate) thumbprint: Arc<RwLock<Option<String>>>,
+    pub(crate) status: watch::Sender<AcmeStatus>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) random: Random,
+    /// Bumped by `Acme::retry_now`.
+    pub(crate) retry: watch::Receiver<u64>,
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("directory", &self.directory)
+            .field("groups", &self.groups.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A certificate being served: what renewal needs of it.
+#[derive(Clone)]
+struct Held {
+    leaf: CertificateDer<'static>,
+    plan: PlanHeld,
+}
+
+/// A certificate issued (or read) and checked.
+struct Issued {
+    bundle: CertBundle,
+    held: Held,
+    stored: StoredCert,
+}
+
+/// What one term holds: the CA through the account, and the weekly budget as the store had it
+/// when the term began (with what this term spent).
+struct Term {
+    ca: Ca,
+    budget: tokio::sync::Mutex<(Budget, u64)>,
+    /// The latest budget version stored (writers queue here; one write covers every spend
+    /// made before it).
+    budget_stored: tokio::sync::Mutex<u64>,
+    /// Orders placed at start so far (for the stagger).
+    starting: AtomicU32,
+    started_at: SystemTime,
+}
+
+impl Driver {
+    /// One term: serve what is stored, then keep every certificate until the future is
+    /// dropped (a fleet's term ends) or for ever.
+    pub(crate) async fn run_term(&self, tx: &Tx) {
+        let _ = tx.send(Ok(Keyed::listing()));
+        // By index: a closure taking the group by reference makes the future not `Send`
+        // for every lifetime (rust-lang/rust#102211).
+        let held: Vec<Option<Held>> = futures::stream::iter(0..self.groups.len())
+            .map(|i| self.load(&self.groups[i], tx))
+            .buffered(LOAD_CONCURRENCY)
+            .collect()
+            .await;
+        let _ = tx.send(Ok(Keyed::listed()));
+        let stored = held.iter().filter(|h| h.is_some()).count();
+        let ca = self.account(stored).await;
+        self.withdraw_leftovers().await;
+        let budget = match self.store.budget().await {
+            Ok(budget) => budget,
+            Err(e) => {
+                tracing::warn!(error = %e, "the stored ACME budget cannot be read; counting from none");
+                Budget::default()
+            }
+        };
+        let term = Term {
+            ca,
+            budget: tokio::sync::Mutex::new((budget, 0)),
+            budget_stored: tokio::sync::Mutex::new(0),
+            starting: AtomicU32::new(0),
+            started_at: self.clock.now(),
+        };
+        let loops = self
+            .groups
+            .iter()
+            .zip(held)
+            .map(|(group, held)| self.keep(&term, group, held, tx));
+        futures::future::join_all(loops).await;
+    }
+
+    /// What is stored for `group`, checked as a new certificate is, sent to be served.
+    async fn load(&self, group: &[String], tx: &Tx) -> Option<Held> {
+        let name = &group[0];
+        let stored = match self.store.cert(name).await {
+            Ok(stored) => stored?,
+            Err(e) => {
+                tracing::warn!(name = %name, error = %e, "the stored ACME certificate cannot be read; ordering a new one");
+                let _ = tx.send(Err(tls_source::Error::source(format!("acme:{name}"), e)));
+                return None;
+            }
+        };
+        match self.check(group, stored) {
+            Ok(issued) => {
+                tracing::debug!(name = %name, not_after = %Rfc3339(issued.held.plan.not_after), "serving the stored ACME certificate");
+                let _ = tx.send(Ok(Keyed {
+                    key: name.clone(),
+                    update: KeyedUpdate::Put(issued.bundle),
+                }));
+                self.set(name, |s| {
+                    s.state = NameState::Valid;
+                    s.not_after = Some(issued.held.plan.not_after);
+                });
+                Some(issued.held)
+            }
+            Err(e) => {
+                tracing::warn!(name = %name, error = %e, "the stored ACME certificate cannot be used; ordering a new one");
+                let _ = tx.send(Err(tls_source::Error::source(format!("acme:{name}"), e)));
+                None
+            }
+        }
+    }
+
+    fn set(&self, name: &str, change: impl FnOnce(&mut NameStatus)) {
+        self.status.send_modify(|s| {
+            if let Some(entry) = s.names.get_mut(name) {
+                change(entry);
+            }
+            crate::metrics::status(s);
+        });
+    }
+
+    /// The account, retried with backoff until it can be used (`stored`: how many
+    /// certificates are stored, which a missing account does not explain).
+    async fn account(&self, stored: usize) -> Ca {
+        let mut backoff =
+            tls_source::Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+        loop {
+            match self.try_account(stored).await {
+                Ok(ca) => {
+                    *self
+                        .thumbprint
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(ca.thumbprint().to_owned());
+                    self.status.send_modify(|s| {
+                        s.account = Some(ca.id().to_owned());
+                        s.account_error = None;
+                    });
+                    return ca;
+                }
+                Err(e) => {
+                    let wait = backoff.next().unwrap_or(Duration::from_secs(300));
+                    tracing::error!(error = %e, retry_in = ?wait, "the ACME account cannot be used");
+                    self.status
+                        .send_modify(|s| s.account_error = Some(e.to_string()));
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    async fn try_account(&self, certificates: usize) -> Result<Ca, Error> {
+        let stored = self.store.account(&self.directory).await?;
+        let had = stored.is_some();
+        let (credentials, note) = match stored {
+            Some(s) => (Some(s.credentials), s.replaced),
+            None => (None, None),
+        };
+        let directory = Directory {
+            url: &self.directory,
+            contact: &self.contact,
+            eab: self.eab.as_ref(),
+            trust: &self.trust,
+            provider: &self.provider,
+            clock: &self.clock,
+        };
+        let (ca, new) = Ca::connect(&directory, credentials).await?;
+        let replaced = if let Some(credentials) = new {
+            // Certificates without their account: it was deleted (or the directory changed).
+            let replaced = (certificates > 0).then(|| {
+                format!(
+                    "{}: registered a new account: no account for {} was stored while {certificates} certificate(s) were (deleted, or the directory changed)",
+                    Rfc3339(self.clock.now()),
+                    self.directory
+                )
+            });
+            self.store
+                .save_account(
+                    &self.directory,
+                    NewAccount {
+                        credentials: &credentials,
+                        url: ca.id(),
+                        thumbprint: ca.thumbprint(),
+                        replaced: replaced.as_deref(),
+                    },
+                )
+                .await?;
+            match &replaced {
+                Some(why) => {
+                    tracing::warn!(account = ca.id(), directory = %self.directory, stored_certificates = certificates, "the stored ACME account is missing: {why}");
+                }
+                None => {
+                    tracing::info!(account = ca.id(), directory = %self.directory, stored_before = had, "registered a new ACME account");
+                }
+            }
+            replaced
+        } else {
+            note
+        };
+        self.status.send_modify(|s| s.account_replaced = replaced);
+        Ok(ca)
+    }
+
+    fn answering(&self) -> Answering<'_> {
+        Answering {
+            challenge: self.challenge,
+            challenges: &self.challenges,
+            provider: &self.provider,
+            dns01: self.dns01.as_deref(),
+            store: &*self.store,
+        }
+    }
+
+    /// Withdraws the challenge answers a previous run published and did not withdraw (it
+    /// stopped in the middle of an order): an order resumed answers again.
+    async fn withdraw_leftovers(&self) {
+        match self.store.published().await {
+            Ok(published) if !published.is_empty() => {
+                tracing::info!(
+                    count = published.len(),
+                    "withdrawing challenge answers left published"
+                );
+                order::withdraw(&self.answering(), published).await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the challenge answers published");
+            }
+        }
+    }
+
+    /// The configuration an order of `group` is made with: a failure is kept with it, and
+    /// another configuration tries at once.
+    fn config_of(&self, group: &[String]) -> String {
+        format!(
+            "{}|{}|{}|{}",
+            group.join(","),
+            self.challenge,
+            self.answered_at.as_deref().unwrap_or_default(),
+            self.directory
+        )
+    }
+
+    /// One certificate, for the term: asks the plan, does what it says, tells it the outcome.
+    async fn keep(&self, term: &Term, group: &[String], mut held: Option<Held>, tx: &Tx) {
+        let name = &group[0];
+        let config = self.config_of(group);
+        let mut retry = self.retry.clone();
+        retry.mark_unchanged();
+        let mut record = match self.store.record(name).await {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::warn!(name = %name, error = %e, "the stored ACME record cannot be read; starting from none");
+                Record::default()
+            }
+        };
+        let mut saved = record.clone();
+        let mut in_flight = matches!(self.store.in_flight(name).await, Ok(Some(_)));
+        let mut first = true;
+        loop {
+            let now = self.clock.now();
+            let settings = Settings {
+                config: &config,
+                ari: term.ca.offers_ari(),
+            };
+            let action = plan::next(
+                &mut record,
+                held.as_ref().map(|h| &h.plan),
+                in_flight,
+                &settings,
+                now,
+                (self.random)(),
+            );
+            self.save(name, &record, &mut saved).await;
+            self.show(name, &record, action, held.as_ref());
+            match action {
+                Action::Wait { until } | Action::Backoff { until } => {
+                    if self.sleep_until(until, &mut retry).await {
+                        self.retry_asked(name, &mut record);
+                    }
+                }
+                Action::GiveUp => {
+                    tracing::warn!(name = %name, error = ?record.last_error, "not ordering: the CA will not issue for it (change the configuration, or ask for a retry)");
+                    if retry.changed().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                    self.retry_asked(name, &mut record);
+                }
+                Action::FetchAri => {
+                    let Some(h) = held.as_ref() else { continue };
+                    let answer = term
+                        .ca
+                        .renewal_info(name, &h.leaf)
+                        .await
+                        .map_err(|e| tracing::debug!(name = %name, error = %e, "ARI failed"));
+                    plan::ari_fetched(
+                        &mut record,
+                        &h.plan,
+                        answer,
+                        self.clock.now(),
+                        (self.random)(),
+                    );
+                }
+                Action::Order { .. } | Action::Resume => {
+                    let replaces = matches!(action, Action::Order { replaces: true });
+                    if first {
+                        // The stagger spaces the names ordered at start (a CA sees a ramp).
+                        let position = term.starting.fetch_add(1, Ordering::Relaxed);
+                        let at = plan::staggered(term.started_at, self.stagger, position);
+                        let _ = self.sleep_until(at, &mut retry).await;
+                    }
+                    self.set(name, |s| {
+                        s.state = NameState::Ordering;
+                        s.retry_at = None;
+                    });
+                    let replaces = held.as_ref().filter(|_| replaces).map(|h| &h.leaf);
+                    let obtained = self
+                        .obtain(term, group, replaces, held.is_some(), in_flight)
+                        .await;
+                    crate::metrics::order(
+                        name,
+                        crate::metrics::outcome(obtained.as_ref().map(drop).map_err(|(e, _)| e)),
+                    );
+                    let now = self.clock.now();
+                    match obtained {
+                        Ok(issued) => {
+                            in_flight = false;
+                            if let Err(e) = self.store.save_cert(name, &issued.stored).await {
+                                tracing::error!(name = %name, error = %e, "cannot store the new ACME certificate; serving it from memory");
+                            }
+                            if let Err(e) = self.store.forget_in_flight(name).await {
+                                tracing::warn!(name = %name, error = %e, "cannot forget the completed order");
+                            }
+                            plan::issued(&mut record, now);
+                            tracing::info!(name = %name, not_after = %Rfc3339(issued.held.plan.not_after), "ACME certificate issued");
+                            let _ = tx.send(Ok(Keyed {
+                                key: name.clone(),
+                                update: KeyedUpdate::Put(issued.bundle),
+                            }));
+                            self.set(name, |s| {
+                                s.not_after = Some(issued.held.plan.not_after);
+                                s.last_error = None;
+                            });
+                            held = Some(issued.held);
+                        }
+                        Err((e, spent_order)) => {
+                            if spent_order {
+                                in_flight = false;
+                                let _ = self.store.forget_in_flight(name).await;
+                            } else {
+                                in_flight = matches!(self.store.in_flight(name).await, Ok(Some(_)));
+                            }
+                            let (kind, until) = failure_of(&e);
+                            let error = e.to_string();
+                            plan::failed(
+                                &mut record,
+                                Failure {
+                                    kind,
+                                    error: &error,
+                                    until,
+                                },
+                                &config,
+                                now,
+                                (self.random)(),
+                            );
+                            tracing::warn!(name = %name, error = %e, retry_at = ?record.retry_at.map(|t| Rfc3339(from_unix(t))), "ACME order failed");
+                        }
+                    }
+                }
+            }
+            first = false;
+        }
+    }
+
+    /// A retry was asked for: the plan says whether the CA's limits allow it now.
+    fn retry_asked(&self, name: &str, record: &mut Record) {
+        if let Err(until) = plan::retry_now(record, self.clock.now()) {
+            tracing::info!(name = %name, not_before = %Rfc3339(until), "retry asked for: the CA's limits allow it no sooner");
+        }
+    }
+
+    /// Stores `record` if it changed since `saved`.
+    async fn save(&self, name: &str, record: &Record, saved: &mut Record) {
+        if record == saved {
+            return;
+        }
+        match self.store.save_record(name, record).await {
+            Ok(()) => *saved = record.clone(),
+            Err(e) => {
+                tracing::warn!(name = %name, error = %e, "cannot store the ACME record");
+            }
+        }
+    }
+
+    /// The status of `name`, as the plan decided.
+    fn show(&self, name: &str, record: &Record, action: Action, held: Option<&Held>) {
+        self.set(name, |s| {
+            s.state = match action {
+                Action::Wait { .. } | Action::FetchAri => NameState::Valid,
+                Action::Order { .. } | Action::Resume => NameState::Ordering,
+                Action::Backoff { .. } => NameState::Backoff,
+                Action::GiveUp => NameState::Failed,
+            };
+            s.retry_at = match action {
+                Action::Backoff { until } => Some(until),
+                _ => None,
+            };
+            s.not_after = held.map(|h| h.plan.not_after);
+            s.renew_after = record.renew_at.map(from_unix).filter(|_| held.is_some());
+            s.renew_reason = record.renew_reason.filter(|_| held.is_some());
+            s.ari_next = record.ari_next.map(from_unix).filter(|_| held.is_some());
+            s.last_error.clone_from(&record.last_error);
+        });
+    }
+
+    /// Sleeps until the clock reaches `at` (in steps of at most an hour, so a clock that
+    /// jumps is followed and tokio's timer is never armed decades ahead); `true` if a retry
+    /// was asked for first.
+    async fn sleep_until(&self, at: SystemTime, retry: &mut watch::Receiver<u64>) -> bool {
+        loop {
+            let Ok(left) = at.duration_since(self.clock.now()) else {
+                return false;
+            };
+            if left.is_zero() {
+                return false;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(left.min(Duration::from_secs(3600))) => {}
+                changed = retry.changed() => {
+                    if changed.is_ok() {
+                        return true;
+                    }
+                    // No one can ask any more: sleep on.
+                    tokio::time::sleep(left.min(Duration::from_secs(3600))).await;
+                }
+            }
+        }
+    }
+
+    /// One order for `group`: the one in flight resumed, or a new one (a first order spends
+    /// from the weekly budget; `replaces` names the held certificate, ARI). On failure, also
+    /// whether the order in flight is spent (forgotten: the next try places another).
+    async fn obtain(
+        &self,
+        term: &Term,
+        group: &[String],
+        replaces: Option<&CertificateDer<'static>>,
+        renewal: bool,
+        in_flight: bool,
+    ) -> Result<Issued, (Error, bool)> {
+        let name = &group[0];
+        let kept = |e: Error| (e, false);
+        let stored = if in_flight {
+            self.store.in_flight(name).await.map_err(kept)?
+        } else {
+            None
+        };
+        let mut resumed = None;
+        if let Some(stored) = stored {
+            match term.ca.resume(&stored.url).await {
+                Some(placed) => {
+                    tracing::info!(name = %name, order = %stored.url, "resuming the stored ACME order");
+                    resumed = Some((placed, stored.key_pem));
+                }
+                None => self.store.forget_in_flight(name).await.map_err(kept)?,
+            }
+        }
+        let (mut placed, key_pem) = match resumed {
+            Some(resumed) => resumed,
+            None => {
+                if !renewal {
+                    self.spend(term, name).await.map_err(kept)?;
+                }
+                let key =
+                    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
+                        kept(Error::Order {
+                            name: name.clone(),
+                            reason: e.to_string(),
+                        })
+                    })?;
+                let key_pem = key.serialize_pem().into_bytes();
+                let placed = term.ca.place(group, replaces).await.map_err(kept)?;
+                // Before any challenge is answered: whoever comes next resumes it.
+                self.store
+                    .save_in_flight(
+                        name,
+                        &InFlight {
+                            url: placed.url().to_owned(),
+                            key_pem: key_pem.clone(),
+                        },
+                    )
+                    .await
+                    .map_err(kept)?;
+                tracing::info!(name = %name, order = placed.url(), "placed an ACME order");
+                (placed, key_pem)
+            }
+        };
+        let chain = term
+            .ca
+            .complete(&mut placed, group, &key_pem, &self.answering())
+            .await
+            .map_err(|e| {
+                let spent = matches!(e, Error::Refused { .. } | Error::Rejected { .. });
+                (e, spent)
+            })?;
+        // Finalized with this key: a certificate that cannot be used ends the order.
+        self.check(
+            group,
+            StoredCert {
+                chain_pem: chain.into_bytes(),
+                key_pem,
+            },
+        )
+        .map_err(|e| (e, true))
+    }
+
+    /// Takes one first order for `name` from its registered domain's weekly budget, or says
+    /// until when it is spent (the CA is not asked).
+    ///
+    /// The spend is stored before this returns (a restart, or the next leader, does not
+    /// forget it), but many spends at once share one write: the first waiting writer stores
+    /// the latest budget, and those whose spend it includes return without writing (at start,
+    /// 100 names cost two writes, not 100 in a row).
+    async fn spend(&self, term: &Term, name: &str) -> Result<(), Error> {
+        let version = {
+            let mut guard = term.budget.lock().await;
+            let (budget, version) = &mut *guard;
+            budget
+                .spend(name, self.per_week, self.clock.now())
+                .map_err(|spent| Error::Budget {
+                    name: name.to_owned(),
+                    domain: spent.domain,
+                    limit: self.per_week,
+                    until: spent.until,
+                })?;
+            *version += 1;
+            *version
+        };
+        let mut stored = term.budget_stored.lock().await;
+        if *stored >= version {
+            return Ok(());
+        }
+        let (latest, version) = {
+            let guard = term.budget.lock().await;
+            (guard.0.clone(), guard.1)
+        };
+        self.store.save_budget(&latest).await?;
+        *stored = version;
+        Ok(())
+    }
+
+    /// Checks what the CA issued (or what is stored): PEM, for every name of the group, for
+    /// the key.
+    fn check(&self, group: &[String], stored: StoredCert) -> Result<Issued, Error> {
+        let name = &group[0];
+        let bad = |reason: String| Error::BadCertificate {
+            name: name.clone(),
+            reason,
+        };
+        let bundle = Decoder::default()
+            .bundle(
+                ("the certificate chain", &stored.chain_pem),
+                ("the key", &stored.key_pem),
+                None,
+                Origin::Other(format!("acme:{name}")),
+            )
+            .map_err(|e| bad(e.to_string()))?;
+        let leaf = bundle
+            .leaf()
+            .cloned()
+            .ok_or_else(|| bad("no certificate".into()))?;
+        let info = LeafInfo::parse(&leaf).map_err(|e| bad(e.to_string()))?;
+        if let Some(missing) = group.iter().find(|n| !info.covers(n)) {
+            return Err(bad(format!("it does not cover {missing}")));
+        }
+        let key = self
+            .provider
+            .key_provider
+            .load_private_key(bundle.key().clone_key())
+            .map_err(|e| bad(format!("the key cannot be loaded: {e}")))?;
+        if key
+            .public_key()
+            .is_some_and(|spki| spki.as_ref() != info.spki_der.as_slice())
+        {
+            return Err(bad("it is not for the order's key".into()));
+        }
+        Ok(Issued {
+            bundle,
+            held: Held {
+                plan: PlanHeld {
+                    id: order::certificate_id(&leaf),
+                    not_before: info.not_before,
+                    not_after: info.not_after,
+                },
+                leaf,
+            },
+            stored,
+        })
+    }
+}
+
+/// What kind of failure `e` is for the plan, and until when it waits if the error says.
+fn failure_of(e: &Error) -> (FailureKind, Option<SystemTime>) {
+    match e {
+        Error::Refused { .. } => (FailureKind::Validation, None),
+        Error::Rejected { .. } => (FailureKind::Identifier, None),
+        Error::RateLimited { until, .. } => (FailureKind::RateLimited, Some(*until)),
+        Error::Budget { until, .. } => (FailureKind::Budget, Some(*until)),
+        Error::BadCertificate { .. } => (FailureKind::BadCertificate, None),
+        _ => (FailureKind::Transient, None),
+    }
+}

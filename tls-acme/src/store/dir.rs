@@ -1,0 +1,340 @@
+//! The state directory of one replica: the account, each certificate in the kubelet's
+//! `..data` layout (so a `FileSource` could serve it too), each order in flight (its URL and
+//! its new key, written before a challenge is answered), each certificate's record. Every set
+//! of files is swapped in at once (`tls_source::layout`) and synced; key files and accounts are
+//! mode 0600. The calls run on tokio's blocking threads, so a server on the same runtime never
+//! waits behind a disk.
+//!
+//! ```text
+//! STATE/account/{account.json,directory}  the account of the first directory used
+//! STATE/accounts/HASH/{account.json,directory}   any other directory's (HASH: of its URL)
+//! STATE/certs/NAME/{tls.crt,tls.key}      (NAME: the certificate's first name, `*` as `_`)
+//! STATE/orders/NAME/{order.json,key.pem}
+//! STATE/names/NAME/schedule.json          the certificate's record (a superset of the
+//!                                         schedule earlier versions wrote)
+//! STATE/budget/budget.json                first orders per registered domain, last 7 days
+//! STATE/challenges/published.json         challenge answers published, not yet withdrawn
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use tls_source::layout;
+
+use super::{
+    AcmeStore, InFlight, NewAccount, OrderJson, Published, StoreFuture, StoredAccount, StoredCert,
+    Term,
+};
+use crate::Error;
+use crate::budget::Budget;
+use crate::challenge::ChallengeType;
+use crate::record::Record;
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub(crate) struct DirStore {
+    root: PathBuf,
+}
+
+/// The directory name of a certificate named by its first name.
+fn dir_name(name: &str) -> String {
+    name.replace('*', "_")
+}
+
+impl DirStore {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// Runs `f` on a copy of this store on tokio's blocking threads.
+    fn blocking<'a, T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Self) -> Result<T, Error> + Send + 'static,
+    ) -> StoreFuture<'a, T> {
+        let this = self.clone();
+        Box::pin(async move {
+            let root = this.root.clone();
+            tokio::task::spawn_blocking(move || f(&this))
+                .await
+                .map_err(|e| Error::State {
+                    path: root,
+                    source: std::io::Error::other(e),
+                })?
+        })
+    }
+
+    fn read_json<T: for<'de> serde::Deserialize<'de>>(
+        dir: &Path,
+        file: &str,
+    ) -> Result<Option<T>, Error> {
+        let Some(bytes) = layout::read(dir, file)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::State {
+                path: dir.join(file),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })
+    }
+
+    fn json<T: serde::Serialize>(&self, value: &T, file: &Path) -> Result<Vec<u8>, Error> {
+        serde_json::to_vec(value).map_err(|e| Error::State {
+            path: file.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
+    /// Where the account of `directory` is kept: `account/` (every version's) when it holds
+    /// that directory's or none, else `accounts/HASH/`.
+    fn account_dir(&self, directory: &str) -> Result<PathBuf, Error> {
+        let first = self.root.join("account");
+        match layout::read(&first, "directory")? {
+            Some(stored) if stored != directory.as_bytes() => {
+                let digest = <sha2::Sha256 as sha2::Digest>::digest(directory.as_bytes());
+                let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                Ok(self.root.join("accounts").join(hex))
+            }
+            _ => Ok(first),
+        }
+    }
+
+    fn read_account(&self, directory: &str) -> Result<Option<StoredAccount>, Error> {
+        let dir = self.account_dir(directory)?;
+        if layout::read(&dir, "directory")?.as_deref() != Some(directory.as_bytes()) {
+            return Ok(None);
+        }
+        let Some(credentials) = Self::read_json(&dir, "account.json")? else {
+            return Ok(None);
+        };
+        let replaced =
+            layout::read(&dir, "replaced")?.map(|why| String::from_utf8_lossy(&why).into_owned());
+        Ok(Some(StoredAccount {
+            credentials,
+            replaced,
+        }))
+    }
+
+    fn cert_dir(&self, name: &str) -> PathBuf {
+        self.root.join("certs").join(dir_name(name))
+    }
+
+    fn order_dir(&self, name: &str) -> PathBuf {
+        self.root.join("orders").join(dir_name(name))
+    }
+
+    fn record_dir(&self, name: &str) -> PathBuf {
+        self.root.join("names").join(dir_name(name))
+    }
+
+    fn read_cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
+        let dir = self.cert_dir(name);
+        let (Some(chain_pem), Some(key_pem)) = (
+            layout::read(&dir, "tls.crt")?,
+            layout::read(&dir, "tls.key")?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(StoredCert { chain_pem, key_pem }))
+    }
+
+    fn read_record(&self, name: &str) -> Result<Record, Error> {
+        let dir = self.record_dir(name);
+        let Some(bytes) = layout::read(&dir, "schedule.json")? else {
+            return Ok(Record::default());
+        };
+        Record::from_json(&bytes).map_err(|e| Error::State {
+            path: dir.join("schedule.json"),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
+    fn read_in_flight(&self, name: &str) -> Result<Option<InFlight>, Error> {
+        let dir = self.order_dir(name);
+        let (Some(order), Some(key_pem)) = (
+            Self::read_json::<OrderJson>(&dir, "order.json")?,
+            layout::read(&dir, "key.pem")?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(InFlight {
+            url: order.url,
+            key_pem,
+        }))
+    }
+
+    fn remove(dir: PathBuf) -> Result<(), Error> {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::State { path: dir, source }),
+        }
+    }
+
+    fn read_published(&self) -> Result<Vec<Published>, Error> {
+        Ok(Self::read_json(&self.root.join("challenges"), "published.json")?.unwrap_or_default())
+    }
+
+    fn write_published(&self, published: &[Published]) -> Result<(), Error> {
+        let dir = self.root.join("challenges");
+        let json = self.json(&published, &dir.join("published.json"))?;
+        layout::write_set(&dir, &[("published.json", &json, 0o600)])?;
+        Ok(())
+    }
+}
+
+impl AcmeStore for DirStore {
+    fn account<'a>(&'a self, directory: &'a str) -> StoreFuture<'a, Option<StoredAccount>> {
+        let directory = directory.to_owned();
+        self.blocking(move |s| s.read_account(&directory))
+    }
+
+    fn save_account<'a>(
+        &'a self,
+        directory: &'a str,
+        account: NewAccount<'a>,
+    ) -> StoreFuture<'a, ()> {
+        let directory = directory.to_owned();
+        let json = serde_json::to_vec(account.credentials);
+        let replaced = account.replaced.map(str::to_owned);
+        self.blocking(move |s| {
+            let dir = s.account_dir(&directory)?;
+            let json = json.map_err(|e| Error::State {
+                path: dir.join("account.json"),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })?;
+            let mut files = vec![
+                ("account.json", json.as_slice(), 0o600),
+                ("directory", directory.as_bytes(), 0o644),
+            ];
+            if let Some(why) = &replaced {
+                files.push(("replaced", why.as_bytes(), 0o644));
+            }
+            layout::write_set(&dir, &files)?;
+            Ok(())
+        })
+    }
+
+    fn cert<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<StoredCert>> {
+        let name = name.to_owned();
+        self.blocking(move |s| s.read_cert(&name))
+    }
+
+    fn save_cert<'a>(&'a self, name: &'a str, cert: &'a StoredCert) -> StoreFuture<'a, ()> {
+        let (name, cert) = (name.to_owned(), cert.clone());
+        self.blocking(move |s| {
+            layout::write_set(
+                &s.cert_dir(&name),
+                &[
+                    ("tls.crt", &cert.chain_pem, 0o644),
+                    ("tls.key", &cert.key_pem, 0o600),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn record<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Record> {
+        let name = name.to_owned();
+        self.blocking(move |s| s.read_record(&name))
+    }
+
+    fn save_record<'a>(&'a self, name: &'a str, record: &'a Record) -> StoreFuture<'a, ()> {
+        let (name, json) = (name.to_owned(), record.to_json());
+        self.blocking(move |s| {
+            layout::write_set(&s.record_dir(&name), &[("schedule.json", &json, 0o644)])?;
+            Ok(())
+        })
+    }
+
+    fn in_flight<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<InFlight>> {
+        let name = name.to_owned();
+        self.blocking(move |s| s.read_in_flight(&name))
+    }
+
+    fn save_in_flight<'a>(&'a self, name: &'a str, order: &'a InFlight) -> StoreFuture<'a, ()> {
+        let (name, order) = (name.to_owned(), order.clone());
+        self.blocking(move |s| {
+            let dir = s.order_dir(&name);
+            let json = s.json(
+                &OrderJson {
+                    url: order.url.clone(),
+                },
+                &dir.join("order.json"),
+            )?;
+            layout::write_set(
+                &dir,
+                &[
+                    ("order.json", &json, 0o644),
+                    ("key.pem", &order.key_pem, 0o600),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn forget_in_flight<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ()> {
+        let name = name.to_owned();
+        self.blocking(move |s| Self::remove(s.order_dir(&name)))
+    }
+
+    fn budget(&self) -> StoreFuture<'_, Budget> {
+        self.blocking(|s| {
+            Ok(Self::read_json(&s.root.join("budget"), "budget.json")?.unwrap_or_default())
+        })
+    }
+
+    fn save_budget<'a>(&'a self, budget: &'a Budget) -> StoreFuture<'a, ()> {
+        let budget = budget.clone();
+        self.blocking(move |s| {
+            let dir = s.root.join("budget");
+            let json = s.json(&budget, &dir.join("budget.json"))?;
+            layout::write_set(&dir, &[("budget.json", &json, 0o644)])?;
+            Ok(())
+        })
+    }
+
+    fn published(&self) -> StoreFuture<'_, Vec<Published>> {
+        self.blocking(Self::read_published)
+    }
+
+    /// Only DNS-01 records are kept: a TLS-ALPN-01 answer lives in this process's memory and
+    /// is gone after a restart, with no one else to tell.
+    fn publish<'a>(&'a self, challenge: &'a Published) -> StoreFuture<'a, ()> {
+        if challenge.kind != ChallengeType::Dns01 {
+            return Box::pin(async { Ok(()) });
+        }
+        let challenge = challenge.clone();
+        self.blocking(move |s| {
+            let mut published = s.read_published()?;
+            if !published.contains(&challenge) {
+                published.push(challenge);
+                s.write_published(&published)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn withdraw<'a>(&'a self, challenge: &'a Published) -> StoreFuture<'a, ()> {
+        if challenge.kind != ChallengeType::Dns01 {
+            return Box::pin(async { Ok(()) });
+        }
+        let challenge = challenge.clone();
+        self.blocking(move |s| {
+            let mut published = s.read_published()?;
+            let before = published.len();
+            published.retain(|p| *p != challenge);
+            if published.len() != before {
+                s.write_published(&published)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn begin_term(&self, _term: Term) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn end_term(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+}
