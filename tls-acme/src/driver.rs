@@ -8,7 +8,6 @@
 //! replica that leads again continues from what the leaders between wrote.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -104,9 +103,13 @@ struct Term {
     /// The latest budget version stored (writers queue here; one write covers every spend
     /// made before it).
     budget_stored: tokio::sync::Mutex<u64>,
-    /// Orders placed at start so far (for the stagger).
-    starting: AtomicU32,
-    started_at: SystemTime,
+}
+
+/// What is stored for a certificate when a term begins.
+struct Loaded {
+    held: Option<Held>,
+    record: Record,
+    in_flight: bool,
 }
 
 impl Driver {
@@ -116,13 +119,13 @@ impl Driver {
         let _ = tx.send(Ok(Keyed::listing()));
         // By index: a closure taking the group by reference makes the future not `Send`
         // for every lifetime (rust-lang/rust#102211).
-        let held: Vec<Option<Held>> = futures::stream::iter(0..self.groups.len())
+        let loaded: Vec<Loaded> = futures::stream::iter(0..self.groups.len())
             .map(|i| self.load(&self.groups[i], tx))
             .buffered(LOAD_CONCURRENCY)
             .collect()
             .await;
         let _ = tx.send(Ok(Keyed::listed()));
-        let stored = held.iter().filter(|h| h.is_some()).count();
+        let stored = loaded.iter().filter(|l| l.held.is_some()).count();
         let ca = self.account(stored).await;
         self.withdraw_leftovers().await;
         let budget = match self.store.budget().await {
@@ -136,19 +139,57 @@ impl Driver {
             ca,
             budget: tokio::sync::Mutex::new((budget, 0)),
             budget_stored: tokio::sync::Mutex::new(0),
-            starting: AtomicU32::new(0),
-            started_at: self.clock.now(),
         };
-        let loops = self
-            .groups
-            .iter()
-            .zip(held)
-            .map(|(group, held)| self.keep(&term, group, held, tx));
+        // The stagger spaces the names to order now, in their configured order (a CA sees a
+        // ramp, not a burst): one stored that still fits does not delay the others (after a
+        // failover, most).
+        let now = self.clock.now();
+        let mut position = 0;
+        let loops = self.groups.iter().zip(loaded).map(|(group, loaded)| {
+            let mut record = loaded.record.clone();
+            let settings = Settings {
+                config: &self.config_of(group),
+                ari: term.ca.offers_ari(),
+            };
+            let first = plan::next(
+                &mut record,
+                loaded.held.as_ref().map(|h| &h.plan),
+                loaded.in_flight,
+                &settings,
+                now,
+                0.0,
+            );
+            let start = if matches!(first, Action::Order { .. } | Action::Resume) {
+                position += 1;
+                plan::staggered(now, self.stagger, position - 1)
+            } else {
+                now
+            };
+            self.keep(&term, group, loaded, start, tx)
+        });
         futures::future::join_all(loops).await;
     }
 
-    /// What is stored for `group`, checked as a new certificate is, sent to be served.
-    async fn load(&self, group: &[String], tx: &Tx) -> Option<Held> {
+    /// What is stored for `group`: its certificate (checked as a new one is, sent to be
+    /// served), its record, whether an order is in flight.
+    async fn load(&self, group: &[String], tx: &Tx) -> Loaded {
+        let name = &group[0];
+        let record = match self.store.record(name).await {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::warn!(name = %name, error = %e, "the stored ACME record cannot be read; starting from none");
+                Record::default()
+            }
+        };
+        let in_flight = matches!(self.store.in_flight(name).await, Ok(Some(_)));
+        Loaded {
+            held: self.load_cert(group, tx).await,
+            record,
+            in_flight,
+        }
+    }
+
+    async fn load_cert(&self, group: &[String], tx: &Tx) -> Option<Held> {
         let name = &group[0];
         let stored = match self.store.cert(name).await {
             Ok(stored) => stored?,
@@ -310,20 +351,25 @@ impl Driver {
     }
 
     /// One certificate, for the term: asks the plan, does what it says, tells it the outcome.
-    async fn keep(&self, term: &Term, group: &[String], mut held: Option<Held>, tx: &Tx) {
+    /// (`start`: not before then, if the first thing to do is an order.)
+    async fn keep(
+        &self,
+        term: &Term,
+        group: &[String],
+        loaded: Loaded,
+        start: SystemTime,
+        tx: &Tx,
+    ) {
         let name = &group[0];
         let config = self.config_of(group);
         let mut retry = self.retry.clone();
         retry.mark_unchanged();
-        let mut record = match self.store.record(name).await {
-            Ok(record) => record,
-            Err(e) => {
-                tracing::warn!(name = %name, error = %e, "the stored ACME record cannot be read; starting from none");
-                Record::default()
-            }
-        };
+        let Loaded {
+            mut held,
+            mut record,
+            mut in_flight,
+        } = loaded;
         let mut saved = record.clone();
-        let mut in_flight = matches!(self.store.in_flight(name).await, Ok(Some(_)));
         let mut first = true;
         loop {
             let now = self.clock.now();
@@ -372,10 +418,7 @@ impl Driver {
                 Action::Order { .. } | Action::Resume => {
                     let replaces = matches!(action, Action::Order { replaces: true });
                     if first {
-                        // The stagger spaces the names ordered at start (a CA sees a ramp).
-                        let position = term.starting.fetch_add(1, Ordering::Relaxed);
-                        let at = plan::staggered(term.started_at, self.stagger, position);
-                        let _ = self.sleep_until(at, &mut retry).await;
+                        let _ = self.sleep_until(start, &mut retry).await;
                     }
                     self.set(name, |s| {
                         s.state = NameState::Ordering;
@@ -474,7 +517,13 @@ impl Driver {
                 _ => None,
             };
             s.not_after = held.map(|h| h.plan.not_after);
-            s.renew_after = record.renew_at.map(from_unix).filter(|_| held.is_some());
+            // With ARI, the time is not known before the CA's first answer (or failure).
+            let deciding =
+                action == Action::FetchAri && record.ari.is_none() && record.ari_failures == 0;
+            s.renew_after = record
+                .renew_at
+                .map(from_unix)
+                .filter(|_| held.is_some() && !deciding);
             s.renew_reason = record.renew_reason.filter(|_| held.is_some());
             s.ari_next = record.ari_next.map(from_unix).filter(|_| held.is_some());
             s.last_error.clone_from(&record.last_error);

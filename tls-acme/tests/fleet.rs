@@ -359,8 +359,8 @@ async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_
         serde_json::from_slice::<serde_json::Value>(&account).is_err(),
         "the account's credentials are not stored readable"
     );
-    let order_key = format!("order.{name}.key");
-    let key = secret_value(&api, "web-acme-state", &order_key).expect("the order's key");
+    let key =
+        secret_value(&api, &format!("web-acme--{name}"), "order.key").expect("the order's key");
     assert!(
         !String::from_utf8_lossy(&key).contains("PRIVATE KEY"),
         "the order's key is not stored readable"
