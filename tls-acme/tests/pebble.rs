@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -745,4 +745,132 @@ async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_ac
     let again = server.until("the same after a restart", settled).await;
     assert_eq!(again.names[name.as_str()].state, NameState::Backoff);
     assert_eq!(pebble.orders(), 3, "the budget is stored");
+}
+
+/// The new user's case: a wrong listening port fails the validation; fixing it (the place the
+/// challenge is answered is part of what a failure is kept with) tries the name at once
+/// instead of an hour later, and a restart keeps the renewal time to the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_validation_is_tried_at_once_after_the_configuration_changes() {
+    let right = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = right.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    drop(right);
+    let wrong = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let wrong_addr = wrong.local_addr().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let builder = |answered_at: String| {
+        client(&pebble, state.path())
+            .name("fix.example.com")
+            .answered_at(answered_at)
+    };
+    let server = Server::start(builder(wrong_addr.to_string()), wrong);
+    let status = server
+        .until("the validation failed", |s| {
+            s.names["fix.example.com"].state == NameState::Backoff
+        })
+        .await;
+    assert!(
+        status.names["fix.example.com"].retry_at.unwrap()
+            > SystemTime::now() + Duration::from_secs(3000),
+        "a failed validation waits an hour under the same configuration"
+    );
+    drop(server);
+
+    // The port fixed: tried at once, not an hour later.
+    let right = rebind(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let server = Server::start(builder(format!("127.0.0.1:{port}")), right);
+    let issued = tokio::time::timeout(
+        PATIENCE,
+        server.until("issued after the fix", |s| {
+            s.names["fix.example.com"].state == NameState::Valid
+                && s.names["fix.example.com"].renew_after.is_some()
+        }),
+    )
+    .await
+    .expect("ordered at once, not after the hour's backoff");
+    let name = &issued.names["fix.example.com"];
+    assert!(name.last_error.is_none(), "{name:?}");
+    assert_eq!(name.renew_reason, Some(tls_acme::RenewReason::Lifetime));
+    assert_eq!(pebble.orders(), 2);
+
+    // A restart keeps the renewal time (its jitter is stored, not drawn again).
+    let renew_after = name.renew_after;
+    drop(server);
+    let server = Server::start(
+        builder(format!("127.0.0.1:{port}")),
+        rebind(SocketAddr::from(([127, 0, 0, 1], port))).await,
+    );
+    let again = server
+        .until("served from the store", |s| {
+            s.names["fix.example.com"].renew_after.is_some()
+        })
+        .await;
+    assert_eq!(again.names["fix.example.com"].renew_after, renew_after);
+    assert_eq!(pebble.orders(), 2, "nothing ordered at the restart");
+}
+
+/// `retry_now` after fixing what the configuration does not show (here the server was not
+/// reachable where the CA looked, as behind a firewall): the failed name is tried again a
+/// minute after its attempt, not an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_now_tries_a_failed_name_again_once_the_cas_limits_allow() {
+    let right = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = right.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    drop(right);
+    let clock = Arc::new(tls_source::clock::SteppedClock::starting_at(
+        SystemTime::now(),
+    ));
+    let state = tempfile::tempdir().unwrap();
+    let builder = || {
+        client(&pebble, state.path())
+            .name("later.example.com")
+            .clock(clock.clone())
+    };
+    let unreachable = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = Server::start(builder(), unreachable);
+    let failed = server
+        .until("the validation failed", |s| {
+            s.names["later.example.com"].state == NameState::Backoff
+        })
+        .await;
+    drop(server);
+    // Reachable now, the configuration unchanged: the wait is kept.
+    let server = Server::start(
+        builder(),
+        rebind(SocketAddr::from(([127, 0, 0, 1], port))).await,
+    );
+    server
+        .until("the stored wait", |s| {
+            s.names["later.example.com"].retry_at == failed.names["later.example.com"].retry_at
+        })
+        .await;
+    // Asked too soon: moved to a minute after the attempt, not the hour.
+    server.acme.retry_now();
+    let soon = server
+        .until("the retry moved forward", |s| {
+            s.names["later.example.com"]
+                .retry_at
+                .is_some_and(|t| t < clock_now(&clock) + Duration::from_secs(61))
+        })
+        .await;
+    assert_eq!(soon.names["later.example.com"].state, NameState::Backoff);
+    assert_eq!(pebble.orders(), 1);
+    clock.step(Duration::from_secs(61));
+    server.acme.retry_now();
+    server
+        .until("issued", |s| {
+            s.names["later.example.com"].state == NameState::Valid
+        })
+        .await;
+    assert_eq!(pebble.orders(), 2);
+}
+
+fn clock_now(clock: &tls_source::clock::SteppedClock) -> SystemTime {
+    tls_source::clock::Clock::now(clock)
 }
