@@ -161,6 +161,11 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "ADDR", help_heading = ACME,
           value_parser = address("--acme-http-listen", "0.0.0.0:80"))]
     acme_http_listen: Option<SocketAddr>,
+    /// How many certificates for new names may be ordered per registered domain in any seven
+    /// days (Let's Encrypt's limit is 50); beyond it a name waits, without asking the CA
+    #[arg(long, value_name = "N", default_value_t = tls_acme::DEFAULT_NEW_CERTIFICATES_PER_WEEK,
+          help_heading = ACME)]
+    acme_weekly_limit: u32,
     /// External account binding: the key id the CA gave (needs --acme-eab-key)
     #[arg(long, value_name = "ID", help_heading = ACME)]
     acme_eab_kid: Option<String>,
@@ -267,6 +272,8 @@ pub(crate) struct AcmeArgs {
     pub(crate) state: AcmeState,
     pub(crate) challenge: ChallengeType,
     pub(crate) http_listen: Option<SocketAddr>,
+    /// `--acme-weekly-limit`: first orders per registered domain in any seven days.
+    pub(crate) weekly_limit: u32,
     /// External account binding: the key id and the HMAC key.
     pub(crate) eab: Option<(String, EabKey)>,
 }
@@ -418,6 +425,7 @@ impl Cli {
                 state: self.acme_state,
                 challenge: self.acme_challenge,
                 http_listen: self.acme_http_listen,
+                weekly_limit: self.acme_weekly_limit,
                 eab_kid: self.acme_eab_kid,
                 eab_key: self.acme_eab_key,
             },
@@ -613,6 +621,7 @@ impl Cli {
             state,
             challenge,
             http_listen: flags.http_listen,
+            weekly_limit: flags.weekly_limit,
             eab,
         }))
     }
@@ -641,6 +650,7 @@ struct AcmeFlags {
     state: Option<PathBuf>,
     challenge: Option<ChallengeType>,
     http_listen: Option<SocketAddr>,
+    weekly_limit: u32,
     eab_kid: Option<String>,
     eab_key: Option<Secret>,
 }
@@ -1114,6 +1124,7 @@ mod tests {
         assert_eq!(acme.email.as_deref(), Some("ops@example.com"));
         assert_eq!(acme.state, AcmeState::Dir(PathBuf::from("/var/lib/acme")));
         assert_eq!(acme.challenge, ChallengeType::TlsAlpn01);
+        assert_eq!(acme.weekly_limit, 50, "Let's Encrypt's limit by default");
         assert_eq!(
             acme.eab,
             Some(("kid-1".into(), EabKey(b"secret-hmac-key".to_vec())))
@@ -1136,10 +1147,13 @@ mod tests {
             "http-01",
             "--acme-http-listen",
             "0.0.0.0:80",
+            "--acme-weekly-limit",
+            "7",
         ])
         .unwrap()
         .acme
         .unwrap();
+        assert_eq!(http.weekly_limit, 7);
         assert_eq!(http.challenge, ChallengeType::Http01);
         assert_eq!(http.http_listen, Some("0.0.0.0:80".parse().unwrap()));
     }

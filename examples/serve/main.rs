@@ -18,7 +18,8 @@
 //!                              [--acme-directory URL --acme-domain NAME... --acme-state DIR
 //!                               [--acme-email ADDR] [--acme-directory-ca PATH]
 //!                               [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
-//!                               [--acme-eab-kid ID --acme-eab-key B64URL]]
+//!                               [--acme-eab-kid ID --acme-eab-key B64URL]
+//!                               [--acme-weekly-limit N]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -64,8 +65,10 @@
 //!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
 //!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
-//!   "failed", "not_after": …, "renew_after": …, "retry_at": …, "last_error": …}}}`, with
-//!   `account_error` and `account_replaced` when there is something to say. With
+//!   "failed", "not_after": …, "renew_after": …, "renew_reason": "lifetime"|"ari", "ari_next":
+//!   …, "retry_at": …, "last_error": …}}}`, with `account_error` and `account_replaced` when
+//!   there is something to say. `--acme-weekly-limit N` caps first orders per registered
+//!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
 //!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
 //!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
@@ -187,14 +190,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         builder = builder.routes(source);
     }
     let acme = match &args.acme {
-        Some(options) => Some(acme(options, seal(&args.seal)?).await?),
+        Some(options) => Some(Arc::new(
+            acme(options, args.listen, seal(&args.seal)?).await?,
+        )),
         None => None,
     };
     // ACME for a fleet: its Lease is the status's `leader`, released on the way out.
-    let (leader, released) = match acme.as_ref().and_then(tls_acme::Acme::leadership) {
+    let (leader, released) = match acme.as_deref().and_then(tls_acme::Acme::leadership) {
         Some(acme_leader) => (
             Some(acme_leader),
-            acme.as_ref()
+            acme.as_deref()
                 .map(|a| -> futures::future::BoxFuture<'static, ()> { Box::pin(a.released()) }),
         ),
         None => (leader, released),
@@ -214,7 +219,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Reserve the port first, so a busy one fails at once; listen (and announce) only once a
     // certificate is installed: until then connections are refused, not left hanging.
     let socket = bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
-    spawn_signal_handler(shutdown.clone(), trigger)?;
+    spawn_signal_handler(shutdown.clone(), trigger, acme.clone())?;
     tokio::select! {
         ready = ready(&reloader, args.ready_timeout, args.fail_fast) => ready?,
         () = shutdown.cancelled() => return Ok(()),
@@ -234,7 +239,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             status: reloader.status(),
             leader,
             sealing,
-            acme: acme.as_ref().map(tls_acme::Acme::status),
+            acme: acme.as_deref().map(tls_acme::Acme::status),
         });
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
@@ -385,8 +390,20 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
 
 /// The ACME client of `--acme-directory` (checked when the flags were); a fleet's account
 /// and order keys sealed with `seal` (`--seal-key`).
-async fn acme(options: &AcmeArgs, seal: Option<Arc<dyn Seal>>) -> anyhow::Result<tls_acme::Acme> {
-    let mut builder = tls_acme::Acme::builder(&options.directory).challenge(options.challenge);
+async fn acme(
+    options: &AcmeArgs,
+    listen: SocketAddr,
+    seal: Option<Arc<dyn Seal>>,
+) -> anyhow::Result<tls_acme::Acme> {
+    // Where the challenge is answered: a failure under one place is tried at once under another.
+    let answered_at = match (options.challenge, options.http_listen) {
+        (tls_acme::ChallengeType::Http01, Some(http)) => http,
+        _ => listen,
+    };
+    let mut builder = tls_acme::Acme::builder(&options.directory)
+        .challenge(options.challenge)
+        .answered_at(answered_at.to_string())
+        .new_certificates_per_week(options.weekly_limit);
     builder = match &options.state {
         AcmeState::Dir(dir) => builder.state_dir(dir),
         AcmeState::Fleet {
@@ -471,11 +488,12 @@ async fn kube_client() -> anyhow::Result<kube::Client> {
         .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")
 }
 
-/// SIGHUP re-reads the certificate files; SIGINT and SIGTERM cancel `shutdown`, and a second
-/// one exits at once.
+/// SIGHUP re-reads the certificate files and retries every failed ACME name (as the CA's limits
+/// allow); SIGINT and SIGTERM cancel `shutdown`, and a second one exits at once.
 fn spawn_signal_handler(
     shutdown: CancellationToken,
     trigger: Option<Trigger>,
+    acme: Option<Arc<tls_acme::Acme>>,
 ) -> anyhow::Result<()> {
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -488,6 +506,12 @@ fn spawn_signal_handler(
                 _ = interrupt.recv() => true,
             };
             if !stop {
+                if let Some(acme) = &acme {
+                    tracing::info!(
+                        "SIGHUP: retrying every failed ACME name (as the CA's limits allow)"
+                    );
+                    acme.retry_now();
+                }
                 match &trigger {
                     Some(trigger) => {
                         tracing::info!("SIGHUP: re-reading the certificate files");
