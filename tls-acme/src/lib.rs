@@ -17,19 +17,30 @@
 //!   once (the source's initial list: the reload core is ready once it is in) and orders
 //!   nothing that still fits.
 //! - **Renewal** inside the CA's ARI window (RFC 9773) when the directory has
-//!   `renewalInfo` (asked again when its `Retry-After` says; the new order names the
-//!   certificate it `replaces`, and is placed once more without if the CA answers
-//!   `alreadyReplaced`), else at two thirds of the lifetime, a little earlier by chance.
-//! - **Failures wait**: an order the CA refused (a failed validation) is tried again no
-//!   sooner than an hour later ([`REFUSED_BACKOFF`]); `rateLimited` until the CA's
-//!   `Retry-After` (an hour without one); other errors back off from a minute to a day, with
-//!   jitter; an identifier the CA will not issue for is not retried until the configuration
-//!   changes. Each waits across restarts (the retry time is stored); [`AcmeStatus`] says
-//!   what each name is doing and why.
+//!   `renewalInfo` (asked again at its `Retry-After`, one minute to a day; a window that has
+//!   started means now; the new order names the certificate it `replaces`, and is placed once
+//!   more without if the CA answers `alreadyReplaced`), else once a third of the lifetime
+//!   remains (half under ten days), earlier by up to a thirtieth of it by a number drawn once
+//!   per certificate and stored: a restart keeps the time ([`NameStatus::renew_after`],
+//!   [`NameStatus::renew_reason`]). An ARI outage never leaves renewal later than the lifetime
+//!   rule.
+//! - **Failures wait**, each kept with the configuration it was made with (the names, the
+//!   challenge type, [`AcmeBuilder::answered_at`], the directory): after a change of it the
+//!   name is tried at once. An order the CA refused (a failed validation) waits an hour
+//!   ([`REFUSED_BACKOFF`]); `rateLimited` until the CA's `Retry-After` (an hour without one);
+//!   other errors back off from a minute to a day, with jitter; an identifier the CA will not
+//!   issue for is not retried. [`Acme::retry_now`] tries every waiting name again as far as
+//!   the CA's limits allow. A `badNonce` is retried, an order in flight resumed. Each wait is
+//!   stored; [`AcmeStatus`] says what each name is doing and why.
 //! - **A budget of first orders** per registered domain (by the public suffix list), 50 in
 //!   any seven days by default, Let's Encrypt's limit
-//!   ([`AcmeBuilder::new_certificates_per_week`]); stored, so restarts do not reset it; and a
-//!   staggered start ([`AcmeBuilder::stagger`]).
+//!   ([`AcmeBuilder::new_certificates_per_week`]); stored, and read again by each new term of
+//!   a fleet's leader, so neither restarts nor failovers reset it; and a staggered start
+//!   ([`AcmeBuilder::stagger`]).
+//!
+//! Inside, renewal is a pure plan (what is stored, the configuration and `now` in, what to do
+//! next out), driven on a [`Clock`](tls_source::clock::Clock) ([`AcmeBuilder::clock`]) over a
+//! store of everything kept (a directory, or a fleet's Secrets, one per certificate).
 //!
 //! The directory's HTTPS is checked against the web PKI's roots and any given
 //! ([`AcmeBuilder::directory_ca_file`]), on the crypto provider you give: this crate installs
