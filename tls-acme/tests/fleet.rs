@@ -20,7 +20,7 @@ use std::time::Duration;
 use base64::Engine as _;
 
 use common::*;
-use tls_acme::Acme;
+use tls_acme::{Acme, AcmeBuilder, NameState};
 use tls_k8s::seal::{KeyRing, Seal, SealKey};
 use tls_test::{Endpoint, KubeApi, Link, PATIENCE, Pebble};
 
@@ -56,11 +56,27 @@ impl Replica {
     /// Replica `n`, with `seal` sealing the account and the orders' keys.
     async fn start_with(
         api: &KubeApi,
-        (pebble, directory): (&Pebble, &str),
+        ca: (&Pebble, &str),
         n: u8,
         port: u16,
         names: &[&str],
         seal: Option<Arc<dyn Seal>>,
+    ) -> Self {
+        Self::start_configured(api, ca, n, port, names, |builder| match seal {
+            Some(seal) => builder.seal(seal),
+            None => builder,
+        })
+        .await
+    }
+
+    /// Replica `n`, its builder changed by `configure`.
+    async fn start_configured(
+        api: &KubeApi,
+        (pebble, directory): (&Pebble, &str),
+        n: u8,
+        port: u16,
+        names: &[&str],
+        configure: impl FnOnce(AcmeBuilder) -> AcmeBuilder,
     ) -> Self {
         let id = format!("replica-{n}");
         let endpoint = api.endpoint().await;
@@ -74,9 +90,7 @@ impl Replica {
         for name in names {
             builder = builder.name(*name);
         }
-        if let Some(seal) = seal {
-            builder = builder.seal(seal);
-        }
+        builder = configure(builder);
         let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, n), port));
         let listener = rebind(addr).await;
         Self {
@@ -167,12 +181,11 @@ async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_not
             .as_str()
             .is_some_and(|t| !t.is_empty())
     );
-    let state = secret(&api, "web-acme-state").expect("the state Secret");
-    let keys: Vec<&String> = state["data"].as_object().expect("data").keys().collect();
-    assert!(
-        keys.iter().all(|k| !k.starts_with("order.")),
-        "no order left in flight: {keys:?}"
-    );
+    for name in names {
+        let state = secret(&api, &format!("web-acme--{name}")).expect("the name's state");
+        let keys: Vec<&String> = state["data"].as_object().expect("data").keys().collect();
+        assert_eq!(keys, ["acme.json"], "its record, no order left in flight");
+    }
 
     // Every replica restarted: each serves what is stored as soon as it is ready, and nothing
     // is ordered again.
@@ -450,4 +463,99 @@ async fn a_fleet_given_a_seal_that_adopts_unsealed_state_seals_its_stored_accoun
         "its annotations kept"
     );
     assert_eq!(pebble.orders(), 1);
+}
+
+/// The weekly budget across leaders: every term reads what the last leader stored. Replica 1
+/// leads, spends two first orders (one rate limited by the CA), is cut off from the API and
+/// loses the Lease; replica 2 leads and spends the third, and is killed; replica 1 leads
+/// again: its retry of the rate-limited name finds the budget spent (before, it spent from the
+/// copy of its first term and wrote it over replica 2's spend: a fourth first order). Then it
+/// is killed and replica 3 leads: its new name waits for the budget too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_weekly_budget_holds_across_leaders_killed_in_turn_and_no_spend_is_lost() {
+    const LIMIT: u32 = 3;
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let (a, b, c, d) = (
+        "a.example.com",
+        "b.example.com",
+        "c.example.com",
+        "d.example.com",
+    );
+    // Each name is validated at the replica that orders it.
+    pebble.add_a(a, Ipv4Addr::new(127, 0, 0, 1)).await;
+    pebble.add_a(c, Ipv4Addr::new(127, 0, 0, 1)).await;
+    pebble.add_a(b, Ipv4Addr::new(127, 0, 0, 2)).await;
+    pebble.add_a(d, Ipv4Addr::new(127, 0, 0, 3)).await;
+    let layer = pebble.layer().await;
+    layer.rate_limit_next_order(Duration::from_secs(12));
+    let api = KubeApi::start().await;
+    let directory = layer.directory_url();
+    let ca = (&pebble, directory.as_str());
+    let limited = |builder: AcmeBuilder| builder.new_certificates_per_week(LIMIT);
+
+    let first = Replica::start_configured(&api, ca, 1, port, &[a, c], limited).await;
+    first.until_leading().await;
+    first
+        .server
+        .until("c issued, a rate limited", |s| {
+            s.names[c].state == NameState::Valid && s.names[a].state == NameState::Backoff
+        })
+        .await;
+    assert_eq!(stored_spends(&api), 2);
+
+    // Replica 1 cut off: replica 2 leads and orders b.
+    first.endpoint.partition(Link::Reset);
+    let second = Replica::start_configured(&api, ca, 2, port, &[a, c, b], limited).await;
+    second.until_leading().await;
+    second
+        .server
+        .until("b issued", |s| s.names[b].state == NameState::Valid)
+        .await;
+    assert_eq!(stored_spends(&api), 3);
+    second.kill();
+
+    // Replica 1 back: it leads again and a's retry finds the budget spent.
+    first.endpoint.heal();
+    first.until_leading().await;
+    let status = first
+        .server
+        .until("a refused by the budget", |s| {
+            s.names[a]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("budget"))
+        })
+        .await;
+    assert_eq!(status.names[a].state, NameState::Backoff, "{status:#?}");
+    first.kill();
+
+    let third = Replica::start_configured(&api, ca, 3, port, &[a, c, b, d], limited).await;
+    third.until_leading().await;
+    let status = third
+        .server
+        .until("d waits for the budget", |s| {
+            s.names[d]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("budget"))
+        })
+        .await;
+    assert_eq!(status.names[d].state, NameState::Backoff);
+    assert_eq!(stored_spends(&api), LIMIT as usize, "no spend lost");
+    // What reached the CA: c and b issued, a's first order refused with a rate limit, nothing
+    // more.
+    assert_eq!(pebble.orders(), 2, "the limit held over every leader");
+}
+
+/// The first orders the fleet's stored budget counts.
+fn stored_spends(api: &KubeApi) -> usize {
+    let Some(json) = secret_value(api, "web-acme-state", "budget.json") else {
+        return 0;
+    };
+    let budget: std::collections::BTreeMap<String, Vec<u64>> =
+        serde_json::from_slice(&json).expect("the budget's format");
+    budget.values().map(Vec::len).sum()
 }
