@@ -338,3 +338,103 @@ impl AcmeStore for DirStore {
         Box::pin(async { Ok(()) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state directory as the previous version wrote it loads: the schedule as the record,
+    /// the budget, the order in flight; what this version writes the previous one reads.
+    #[tokio::test]
+    async fn a_state_directory_an_earlier_version_wrote_loads() {
+        let root = tempfile::tempdir().unwrap();
+        let names = root.path().join("names/a.example.com");
+        layout::write_set(
+            &names,
+            &[(
+                "schedule.json",
+                br#"{"retry_at":1800000000,"failures":1,"last_error":"refused"}"#,
+                0o644,
+            )],
+        )
+        .unwrap();
+        layout::write_set(
+            &root.path().join("budget"),
+            &[("budget.json", br#"{"example.com":[1799990000]}"#, 0o644)],
+        )
+        .unwrap();
+        layout::write_set(
+            &root.path().join("orders/a.example.com"),
+            &[
+                (
+                    "order.json",
+                    br#"{"url":"https://ca.example/order/1"}"#,
+                    0o644,
+                ),
+                ("key.pem", b"-----BEGIN PRIVATE KEY-----", 0o600),
+            ],
+        )
+        .unwrap();
+        let store = DirStore::new(root.path());
+        let mut record = store.record("a.example.com").await.unwrap();
+        assert_eq!(record.retry_at, Some(1_800_000_000));
+        assert_eq!(record.last_error.as_deref(), Some("refused"));
+        let order = store.in_flight("a.example.com").await.unwrap().unwrap();
+        assert_eq!(order.url, "https://ca.example/order/1");
+        let mut budget = store.budget().await.unwrap();
+        budget
+            .spend("b.example.com", 1, crate::record::from_unix(1_800_000_000))
+            .expect_err("one a week, spent by the earlier version");
+
+        record.jitter = Some(0.5);
+        store.save_record("a.example.com", &record).await.unwrap();
+        let json = std::fs::read(names.join("schedule.json")).unwrap();
+        let old: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            old["retry_at"], 1_800_000_000,
+            "the earlier fields, where they were"
+        );
+        assert_eq!(old["failures"], 1);
+    }
+
+    #[tokio::test]
+    async fn accounts_are_kept_per_directory_the_first_where_every_version_looks() {
+        let root = tempfile::tempdir().unwrap();
+        let store = DirStore::new(root.path());
+        let credentials: instant_acme::AccountCredentials = serde_json::from_str(
+            r#"{"id":"https://ca.example/acct/1","key_pkcs8":"MC4CAQAwBQYDK2VwBCIEIGQhW7ZQiB0Ii-rN2mCQrAyRQe1WS7h4T7cQp4k8GZlJ","directory":"https://ca.example/dir"}"#,
+        )
+        .expect("credentials");
+        for directory in ["https://one.example/dir", "https://two.example/dir"] {
+            store
+                .save_account(
+                    directory,
+                    NewAccount {
+                        credentials: &credentials,
+                        url: "https://ca.example/acct/1",
+                        thumbprint: "t",
+                        replaced: None,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            std::fs::read(root.path().join("account/directory")).unwrap(),
+            b"https://one.example/dir"
+        );
+        for directory in ["https://one.example/dir", "https://two.example/dir"] {
+            assert!(
+                store.account(directory).await.unwrap().is_some(),
+                "{directory}"
+            );
+        }
+        assert!(
+            store
+                .account("https://three.example/dir")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+}

@@ -589,6 +589,84 @@ impl AcmeStore for KubeStore {
 mod tests {
     use super::*;
 
+    fn store(api: &tls_test::KubeApi) -> KubeStore {
+        let mut config = kube::Config::new(api.url().parse().expect("the emulator's URL"));
+        config.default_namespace = "default".into();
+        let client = Client::try_from(config).expect("a client");
+        KubeStore::new(
+            client,
+            "default",
+            "web",
+            Duration::ZERO,
+            Arc::new(tls_k8s::seal::Plain),
+        )
+    }
+
+    /// A fleet's state as the previous version wrote it: every name's schedule and order in
+    /// `web-acme-state`. A new leader reads them, moves on from them, and a replica of the
+    /// previous version still reads the budget the new one writes.
+    #[tokio::test]
+    async fn state_an_earlier_version_stored_loads_and_the_budget_stays_readable_to_it() {
+        let api = tls_test::KubeApi::start().await;
+        let schedule = br#"{"retry_at":1800000000,"failures":3,"last_error":"refused","failed":false,"failed_for":null}"#;
+        let budget = br#"{"example.com":[1799990000,1799990100]}"#;
+        api.put_secret(
+            "default",
+            "web-acme-state",
+            &[
+                ("schedule.a.example.com.json", schedule),
+                (
+                    "order.a.example.com.json",
+                    br#"{"url":"https://ca.example/order/1"}"#,
+                ),
+                ("order.a.example.com.key", b"-----BEGIN PRIVATE KEY-----"),
+                ("budget.json", budget),
+                ("status.json", b"{}"),
+            ],
+        );
+        let store = store(&api);
+        store
+            .begin_term(Term {
+                round: 7,
+                holder: "replica-1".into(),
+            })
+            .await
+            .unwrap();
+        let record = store.record("a.example.com").await.expect("readable");
+        assert_eq!(record.retry_at, Some(1_800_000_000));
+        assert_eq!(record.failures, 3);
+        let order = store
+            .in_flight("a.example.com")
+            .await
+            .unwrap()
+            .expect("stored");
+        assert_eq!(order.url, "https://ca.example/order/1");
+        let mut spent = store.budget().await.unwrap();
+        let now = crate::record::from_unix(1_800_000_000);
+        spent.spend("b.example.com", 50, now).unwrap();
+        store.save_budget(&spent).await.unwrap();
+
+        // The order done: gone from where the earlier version kept it, too.
+        store.forget_in_flight("a.example.com").await.unwrap();
+        assert!(store.in_flight("a.example.com").await.unwrap().is_none());
+        // The record is now the certificate's own; the earlier reader reads the budget.
+        store
+            .save_record("a.example.com", &Record::default())
+            .await
+            .unwrap();
+        assert!(
+            api.get("secrets", "default", "web-acme--a.example.com")
+                .is_some()
+        );
+        let state = api.get("secrets", "default", "web-acme-state").unwrap();
+        let json = state["data"]["budget.json"].as_str().unwrap();
+        let json =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, json).unwrap();
+        let old: BTreeMap<String, Vec<u64>> =
+            serde_json::from_slice(&json).expect("the earlier format");
+        assert_eq!(old["example.com"].len(), 3);
+    }
+
     #[test]
     fn certificate_secrets_are_named_by_the_first_name_and_fit_the_api() {
         assert_eq!(
