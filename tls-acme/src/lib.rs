@@ -79,6 +79,8 @@ mod plan;
 mod record;
 mod status;
 mod store;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 
 #[cfg(feature = "k8s")]
 pub use builder::DEFAULT_CHALLENGE_PROPAGATION;

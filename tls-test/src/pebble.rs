@@ -222,6 +222,11 @@ impl Pebble {
             .expect("a root certificate in /roots/0")
     }
 
+    /// Pebble's process id (to read its CPU time from `/proc`), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self._pebble.id()
+    }
+
     /// Orders placed so far (`newOrder` requests), counted in Pebble's log: the CA's count,
     /// not the client's.
     pub fn orders(&self) -> usize {
