@@ -34,16 +34,6 @@ pub enum ChallengeType {
     Dns01,
 }
 
-impl ChallengeType {
-    pub(crate) fn acme(self) -> instant_acme::ChallengeType {
-        match self {
-            Self::TlsAlpn01 => instant_acme::ChallengeType::TlsAlpn01,
-            Self::Http01 => instant_acme::ChallengeType::Http01,
-            Self::Dns01 => instant_acme::ChallengeType::Dns01,
-        }
-    }
-}
-
 impl fmt::Display for ChallengeType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

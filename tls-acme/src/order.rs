@@ -356,6 +356,15 @@ pub(crate) struct Answering<'a> {
     pub(crate) store: &'a dyn AcmeStore,
 }
 
+/// instant-acme's name of a challenge type.
+fn acme_type(challenge: ChallengeType) -> instant_acme::ChallengeType {
+    match challenge {
+        ChallengeType::TlsAlpn01 => instant_acme::ChallengeType::TlsAlpn01,
+        ChallengeType::Http01 => instant_acme::ChallengeType::Http01,
+        ChallengeType::Dns01 => instant_acme::ChallengeType::Dns01,
+    }
+}
+
 /// The identity a certificate is known by: its ARI certificate identifier, or (a certificate
 /// without an authority key identifier) a digest of it.
 pub(crate) fn certificate_id(leaf: &CertificateDer<'_>) -> String {
@@ -373,8 +382,15 @@ impl Ca {
     /// credentials are returned when they are new (to be stored).
     pub(crate) async fn connect(
         directory: &Directory<'_>,
-        stored: Option<AccountCredentials>,
-    ) -> Result<(Self, Option<AccountCredentials>), Error> {
+        stored: Option<serde_json::Value>,
+    ) -> Result<(Self, Option<serde_json::Value>), Error> {
+        let stored = stored
+            .map(serde_json::from_value::<AccountCredentials>)
+            .transpose()
+            .map_err(|e| Error::Account {
+                url: directory.url.to_owned(),
+                reason: format!("the stored account is not an ACME account: {e}"),
+            })?;
         let retry_after = RetryAfter::default();
         let http = http(
             Arc::clone(directory.provider),
@@ -393,6 +409,13 @@ impl Ca {
             clock: Arc::clone(directory.clock),
             ari: AtomicBool::new(true),
         };
+        let new = new
+            .map(|credentials| serde_json::to_value(&credentials))
+            .transpose()
+            .map_err(|e| Error::Account {
+                url: directory.url.to_owned(),
+                reason: format!("the new account cannot be stored: {e}"),
+            })?;
         Ok((ca, new))
     }
 
@@ -554,7 +577,8 @@ impl Ca {
                 }
             }
             let identifier = authorization.identifier().to_string();
-            let Some(mut challenge) = authorization.challenge(answering.challenge.acme()) else {
+            let Some(mut challenge) = authorization.challenge(acme_type(answering.challenge))
+            else {
                 return Err(Error::Rejected {
                     name: name.to_owned(),
                     reason: format!(

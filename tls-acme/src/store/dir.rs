@@ -401,10 +401,7 @@ mod tests {
     async fn accounts_are_kept_per_directory_the_first_where_every_version_looks() {
         let root = tempfile::tempdir().unwrap();
         let store = DirStore::new(root.path());
-        let credentials: instant_acme::AccountCredentials = serde_json::from_str(
-            r#"{"id":"https://ca.example/acct/1","key_pkcs8":"MC4CAQAwBQYDK2VwBCIEIGQhW7ZQiB0Ii-rN2mCQrAyRQe1WS7h4T7cQp4k8GZlJ","directory":"https://ca.example/dir"}"#,
-        )
-        .expect("credentials");
+        let credentials = serde_json::json!({"id": "https://ca.example/acct/1"});
         for directory in ["https://one.example/dir", "https://two.example/dir"] {
             store
                 .save_account(

@@ -291,11 +291,7 @@ impl KubeStore {
         };
         let (json, reseal) = self.open_value(&self.account, ACCOUNT_JSON, sealed)?;
         let credentials = serde_json::from_slice(&json).map_err(|e| {
-            Self::data_error(
-                &self.account,
-                &format!("{ACCOUNT_JSON} is not an ACME account"),
-                e,
-            )
+            Self::data_error(&self.account, &format!("{ACCOUNT_JSON} is not JSON"), e)
         })?;
         if reseal {
             // Only the leader reads the account: store it as the seal stores it now, with

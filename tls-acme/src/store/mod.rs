@@ -21,8 +21,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use instant_acme::AccountCredentials;
-
 use crate::Error;
 use crate::budget::Budget;
 use crate::challenge::ChallengeType;
@@ -35,9 +33,10 @@ pub(crate) mod kube;
 /// What a store's methods return.
 pub(crate) type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
-/// A stored account: its credentials, and why it replaced one that was gone, if it did.
+/// A stored account: its credentials (the CA client's JSON, kept as it is), and why it
+/// replaced one that was gone, if it did.
 pub(crate) struct StoredAccount {
-    pub(crate) credentials: AccountCredentials,
+    pub(crate) credentials: serde_json::Value,
     pub(crate) replaced: Option<String>,
 }
 
@@ -45,7 +44,7 @@ pub(crate) struct StoredAccount {
 /// let every replica of a fleet answer HTTP-01, and why it replaced one that was gone.
 #[cfg_attr(not(feature = "k8s"), allow(dead_code))] // the URL and thumbprint: a fleet's
 pub(crate) struct NewAccount<'a> {
-    pub(crate) credentials: &'a AccountCredentials,
+    pub(crate) credentials: &'a serde_json::Value,
     pub(crate) url: &'a str,
     pub(crate) thumbprint: &'a str,
     pub(crate) replaced: Option<&'a str>,
