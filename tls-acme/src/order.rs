@@ -563,6 +563,26 @@ impl Ca {
         answering: &Answering<'_>,
         presented: &mut Vec<Published>,
     ) -> Result<(), Error> {
+        // Every authorization's state fetched first, each fetch tried again on `badNonce` (the
+        // stream cannot repeat one item): answering below then makes no fetch of its own.
+        let mut tries = 0;
+        loop {
+            let mut fetched = Ok(());
+            let mut authorizations = order.authorizations();
+            while let Some(authorization) = authorizations.next().await {
+                if let Err(e) = authorization {
+                    fetched = Err(e);
+                    break;
+                }
+            }
+            match fetched {
+                Err(e) if problem_type(&e) == Some("badNonce") && tries < BAD_NONCE_RETRIES => {
+                    tries += 1;
+                }
+                Err(e) => return Err(self.error(name, &e)),
+                Ok(()) => break,
+            }
+        }
         let mut authorizations = order.authorizations();
         while let Some(authorization) = authorizations.next().await {
             let mut authorization = authorization.map_err(|e| self.error(name, &e))?;

@@ -874,3 +874,55 @@ async fn retry_now_tries_a_failed_name_again_once_the_cas_limits_allow() {
 fn clock_now(clock: &tls_source::clock::SteppedClock) -> SystemTime {
     tls_source::clock::Clock::now(clock)
 }
+
+/// A `badNonce` is the protocol's hiccup: with Pebble rejecting a fifth of all nonces, every
+/// name is issued and none waits in backoff (instant-acme's own two retries leave about one
+/// order in twelve failed; each step is retried here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_nonces_cost_a_name_nothing() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let Some(pebble) = Pebble::builder()
+        .tls_port(port)
+        .nonce_reject(20)
+        .start()
+        .await
+    else {
+        return;
+    };
+    let names: Vec<String> = (0..20).map(|i| format!("n{i}.example.com")).collect();
+    let state = tempfile::tempdir().unwrap();
+    let mut builder = client(&pebble, state.path());
+    for name in &names {
+        builder = builder.name(name.clone());
+    }
+    let server = Server::start(builder, listener);
+    let mut status = server.acme.status();
+    let mut waited = std::collections::BTreeSet::new();
+    tokio::time::timeout(PATIENCE * 3, async {
+        loop {
+            {
+                let now = status.borrow_and_update();
+                for (name, n) in &now.names {
+                    if matches!(n.state, NameState::Backoff | NameState::Failed) {
+                        waited.insert((name.clone(), n.last_error.clone()));
+                    }
+                }
+                if all_valid(&now) {
+                    return;
+                }
+            }
+            status.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not every name issued: {:#?}", *status.borrow()));
+    assert!(waited.is_empty(), "names that waited: {waited:?}");
+    assert_eq!(
+        pebble.log_matching("Configured to reject 20% of good nonces"),
+        1,
+        "Pebble rejects nonces"
+    );
+    // (Pebble logs every new-order request, those it refused for their nonce too: its count
+    // of orders is not the number created here.)
+}

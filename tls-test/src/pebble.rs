@@ -26,9 +26,17 @@ pub struct PebbleBuilder {
     http_port: u16,
     tls_port: u16,
     validity: Option<u64>,
+    nonce_reject: u8,
 }
 
 impl PebbleBuilder {
+    /// The share of good nonces Pebble rejects with `badNonce`, in percent
+    /// (`PEBBLE_WFE_NONCEREJECT`; Pebble's own default is 5). Default here: 0.
+    pub fn nonce_reject(mut self, percent: u8) -> Self {
+        self.nonce_reject = percent.min(100);
+        self
+    }
+
     /// The port Pebble's validator connects to for HTTP-01 (on the address the name resolves
     /// to). Default: 5002, Pebble's own.
     pub fn http_port(mut self, port: u16) -> Self {
@@ -108,6 +116,7 @@ impl Pebble {
             http_port: 5002,
             tls_port: 5001,
             validity: None,
+            nonce_reject: 0,
         }
     }
 
@@ -164,7 +173,7 @@ impl Pebble {
             .arg("-dnsserver")
             .arg(dns.to_string())
             .env("PEBBLE_VA_NOSLEEP", "1")
-            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .env("PEBBLE_WFE_NONCEREJECT", config.nonce_reject.to_string())
             .env("PEBBLE_AUTHZREUSE", "0");
         let pebble = run(command, "pebble", &log);
         wait_listening(listen, "pebble").await;
