@@ -170,6 +170,7 @@ fn challenge_key(
     let failed = |e: &dyn fmt::Display| crate::Error::Order {
         name: name.to_owned(),
         reason: format!("cannot make the TLS-ALPN-01 certificate: {e}"),
+        source: None,
     };
     let key =
         rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| failed(&e))?;

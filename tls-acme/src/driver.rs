@@ -251,7 +251,7 @@ impl Driver {
                     let wait = backoff.next().unwrap_or(Duration::from_secs(300));
                     tracing::error!(error = %e, retry_in = ?wait, "the ACME account cannot be used");
                     self.status
-                        .send_modify(|s| s.account_error = Some(e.to_string()));
+                        .send_modify(|s| s.account_error = Some(crate::error::chain(&e)));
                     tokio::time::sleep(wait).await;
                 }
             }
@@ -462,7 +462,7 @@ impl Driver {
                                 in_flight = matches!(self.store.in_flight(name).await, Ok(Some(_)));
                             }
                             let (kind, until) = failure_of(&e);
-                            let error = e.to_string();
+                            let error = crate::error::chain(&e);
                             plan::failed(
                                 &mut record,
                                 Failure {
@@ -592,7 +592,8 @@ impl Driver {
                     rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
                         kept(Error::Order {
                             name: name.clone(),
-                            reason: e.to_string(),
+                            reason: "cannot make the order's key".into(),
+                            source: Some(Box::new(e)),
                         })
                     })?;
                 let key_pem = key.serialize_pem().into_bytes();

@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+/// An error of another library kept as the source of ours.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// An ACME error. Every variant names what it concerns; none carries key material.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -19,14 +22,20 @@ pub enum Error {
         url: String,
         /// Why.
         reason: String,
+        /// The ACME client's error (instant-acme's), when it had one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// The account could not be created or loaded.
     #[error("ACME account at {url}: {reason}")]
     Account {
         /// The directory URL.
         url: String,
-        /// Why.
+        /// Why (the CA's problem, when it answered with one).
         reason: String,
+        /// The ACME client's error (instant-acme's), or the stored value's, when there was one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// The CA refused the order for good (the identifier is not allowed, a validation failed):
     /// retried no sooner than an hour later.
@@ -80,8 +89,12 @@ pub enum Error {
     Order {
         /// The certificate's first name.
         name: String,
-        /// Why.
+        /// Why (the CA's problem, when it answered with one).
         reason: String,
+        /// The ACME client's error (instant-acme's, and below it the network's), when there
+        /// was one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// The CA issued something that cannot be served (not PEM, not for the names ordered,
     /// not for the key): nothing is stored.
@@ -109,7 +122,7 @@ pub enum Error {
         secret: String,
         /// Why: the API's error (`kube::Error`), the value's (`serde_json::Error`), the seal's.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: BoxError,
     },
     /// A fleet's Secret was written by a later leader (feature `k8s`): this replica no longer
     /// leads, and leaves the work to it.
@@ -133,4 +146,19 @@ impl From<tls_source::layout::LayoutError> for Error {
             source: e.source,
         }
     }
+}
+
+/// An error and its sources, in one line (what the status shows as `last_error`).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = inner.source();
+    }
+    text
 }

@@ -86,7 +86,7 @@ pub mod test_util;
 pub use builder::DEFAULT_CHALLENGE_PROPAGATION;
 pub use builder::{Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK};
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};
-pub use error::Error;
+pub use error::{BoxError, Error};
 pub use plan::REFUSED_BACKOFF;
 pub use status::{AcmeStatus, NameState, NameStatus, RenewReason};
 #[cfg(feature = "k8s")]

@@ -209,7 +209,7 @@ async fn account(
             .from_credentials(credentials)
             .await
             .map(|account| (account, None))
-            .map_err(|e| directory_error(directory, &e));
+            .map_err(|e| directory_error(directory, e));
     }
     let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
     Account::builder_with_http(http)
@@ -228,38 +228,22 @@ async fn account(
             instant_acme::Error::Api(problem) => Error::Account {
                 url: directory.to_owned(),
                 reason: problem.to_string(),
+                source: None,
             },
-            other => directory_error(directory, &other),
+            other => directory_error(directory, other),
         })
 }
 
-fn directory_error(url: &str, e: &instant_acme::Error) -> Error {
-    // instant-acme's errors are not `Clone`: the chain is kept as text.
+fn directory_error(url: &str, e: instant_acme::Error) -> Error {
     let reason = match e {
-        instant_acme::Error::Json(_) => {
-            format!("not an ACME directory (its answer is not the JSON of one: {e})")
-        }
-        other => chain(other),
+        instant_acme::Error::Json(_) => "not an ACME directory (its answer is not the JSON of one)",
+        _ => "cannot be used",
     };
     Error::Directory {
         url: url.to_owned(),
-        reason,
+        reason: reason.into(),
+        source: Some(Box::new(e)),
     }
-}
-
-/// An error and its sources, in one line.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        let more = inner.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = inner.source();
-    }
-    text
 }
 
 /// The problem type of an ACME error (`rateLimited`, `alreadyReplaced`, …), if it is one.
@@ -277,7 +261,7 @@ fn problem_type(e: &instant_acme::Error) -> Option<&str> {
 /// `Retry-After` (`retry_after`), or an hour after `now` when it sent none.
 fn classify(
     name: &str,
-    e: &instant_acme::Error,
+    e: instant_acme::Error,
     retry_after: &RetryAfter,
     now: SystemTime,
 ) -> Error {
@@ -307,12 +291,14 @@ fn classify(
                 _ => Error::Order {
                     name: name.to_owned(),
                     reason,
+                    source: None,
                 },
             }
         }
         other => Error::Order {
             name: name.to_owned(),
-            reason: chain(other),
+            reason: "the request to the CA failed".into(),
+            source: Some(Box::new(other)),
         },
     }
 }
@@ -389,7 +375,8 @@ impl Ca {
             .transpose()
             .map_err(|e| Error::Account {
                 url: directory.url.to_owned(),
-                reason: format!("the stored account is not an ACME account: {e}"),
+                reason: "the stored account is not an ACME account".into(),
+                source: Some(Box::new(e)),
             })?;
         let retry_after = RetryAfter::default();
         let http = http(
@@ -414,7 +401,8 @@ impl Ca {
             .transpose()
             .map_err(|e| Error::Account {
                 url: directory.url.to_owned(),
-                reason: format!("the new account cannot be stored: {e}"),
+                reason: "the new account cannot be stored".into(),
+                source: Some(Box::new(e)),
             })?;
         Ok((ca, new))
     }
@@ -432,7 +420,7 @@ impl Ca {
         self.ari.load(Ordering::Relaxed)
     }
 
-    fn error(&self, name: &str, e: &instant_acme::Error) -> Error {
+    fn error(&self, name: &str, e: instant_acme::Error) -> Error {
         classify(name, e, &self.retry_after, self.clock.now())
     }
 
@@ -445,6 +433,7 @@ impl Ca {
         let id = CertificateIdentifier::try_from(leaf).map_err(|e| Error::Order {
             name: name.to_owned(),
             reason: format!("the certificate has no ARI identifier: {e}"),
+            source: None,
         })?;
         match self.account.renewal_info(&id).await {
             Ok((info, retry_after)) => Ok((
@@ -458,7 +447,7 @@ impl Ca {
                 if matches!(e, instant_acme::Error::Unsupported(_)) {
                     self.ari.store(false, Ordering::Relaxed);
                 }
-                Err(self.error(name, &e))
+                Err(self.error(name, e))
             }
         }
     }
@@ -496,7 +485,7 @@ impl Ca {
             }
             None => nonce_safe!(self.account.new_order(&NewOrder::new(&identifiers)).await),
         };
-        order.map(Placed).map_err(|e| self.error(name, &e))
+        order.map(Placed).map_err(|e| self.error(name, e))
     }
 
     /// Completes `placed` for `group` with the new key `key_pem`: answers its challenges
@@ -516,7 +505,7 @@ impl Ca {
             let answered = self.answer(order, name, answering, &mut presented).await;
             let ready = match answered {
                 Ok(()) => {
-                    nonce_safe!(order.poll_ready(&POLL).await).map_err(|e| self.error(name, &e))
+                    nonce_safe!(order.poll_ready(&POLL).await).map_err(|e| self.error(name, e))
                 }
                 Err(e) => Err(e),
             };
@@ -532,6 +521,7 @@ impl Ca {
                     return Err(Error::Order {
                         name: name.clone(),
                         reason: "the CA is still validating".into(),
+                        source: None,
                     });
                 }
                 _ => {}
@@ -542,16 +532,18 @@ impl Ca {
                 .map_err(|e| Error::Order {
                     name: name.clone(),
                     reason: format!("the stored order's key: {e}"),
+                    source: None,
                 })?;
             let csr = rcgen::CertificateParams::new(group.to_vec())
                 .and_then(|params| params.serialize_request(&key))
                 .map_err(|e| Error::Order {
                     name: name.clone(),
                     reason: e.to_string(),
+                    source: None,
                 })?;
-            nonce_safe!(order.finalize_csr(csr.der()).await).map_err(|e| self.error(name, &e))?;
+            nonce_safe!(order.finalize_csr(csr.der()).await).map_err(|e| self.error(name, e))?;
         }
-        nonce_safe!(order.poll_certificate(&POLL).await).map_err(|e| self.error(name, &e))
+        nonce_safe!(order.poll_certificate(&POLL).await).map_err(|e| self.error(name, e))
     }
 
     /// Answers every pending authorization of `order` with the configured challenge; what was
@@ -579,13 +571,13 @@ impl Ca {
                 Err(e) if problem_type(&e) == Some("badNonce") && tries < BAD_NONCE_RETRIES => {
                     tries += 1;
                 }
-                Err(e) => return Err(self.error(name, &e)),
+                Err(e) => return Err(self.error(name, e)),
                 Ok(()) => break,
             }
         }
         let mut authorizations = order.authorizations();
         while let Some(authorization) = authorizations.next().await {
-            let mut authorization = authorization.map_err(|e| self.error(name, &e))?;
+            let mut authorization = authorization.map_err(|e| self.error(name, e))?;
             match authorization.status {
                 AuthorizationStatus::Pending => {}
                 AuthorizationStatus::Valid => continue,
@@ -646,6 +638,7 @@ impl Ca {
                         .map_err(|e| Error::Order {
                             name: name.to_owned(),
                             reason: format!("the DNS-01 solver could not publish {record}: {e}"),
+                            source: None,
                         })?;
                 }
             }
@@ -653,7 +646,7 @@ impl Ca {
                 // Every replica the CA may reach has it before it is asked to validate.
                 tokio::time::sleep(answering.store.propagation()).await;
             }
-            nonce_safe!(challenge.set_ready().await).map_err(|e| self.error(name, &e))?;
+            nonce_safe!(challenge.set_ready().await).map_err(|e| self.error(name, e))?;
         }
         Ok(())
     }
