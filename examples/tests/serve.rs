@@ -1713,6 +1713,9 @@ async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
         a["not_after"].is_string() && a["retry_at"].is_null() && a["last_error"].is_null(),
         "{a}"
     );
+    // Pebble has no ARI: renewal by the lifetime, no ARI check planned.
+    assert_eq!(a["renew_reason"], "lifetime", "{a}");
+    assert!(a["ari_next"].is_null(), "{a}");
     let root = pebble.issuing_root().await;
     for name in ["a.example.com", "b.example.com"] {
         let served = tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root))
@@ -1741,6 +1744,84 @@ async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
         })
         .await;
     assert_eq!(pebble.orders(), 2, "nothing ordered after the restart");
+}
+
+/// A new user's first try: `--listen` on a port the CA does not validate at fails the name,
+/// which then waits an hour. Restarted with the right `--listen`, it is ordered at once; a
+/// second restart keeps its renewal time to the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
+    let port = free_port();
+    let Some(pebble) = tls_test::Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let (directory, ca) = (pebble.directory_url(), pebble.https_ca_file());
+    let args = |listen: &str| -> Vec<String> {
+        [
+            "--listen",
+            listen,
+            "--acme-directory",
+            &directory,
+            "--acme-domain",
+            "first.example.com",
+            "--acme-directory-ca",
+            ca.to_str().unwrap(),
+            "--acme-state",
+            state.path().to_str().unwrap(),
+            "--acme-weekly-limit",
+            "5",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let wrong = format!("127.0.0.1:{}", free_port());
+    let serve = Serve::start(&args(&wrong).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let failed = serve
+        .wait_status("the validation failed", |s| {
+            s["acme"]["names"]["first.example.com"]["state"] == "backoff"
+        })
+        .await;
+    let name = &failed["acme"]["names"]["first.example.com"];
+    assert!(
+        name["retry_at"].is_string() && name["last_error"].is_string(),
+        "{name}"
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+
+    let right = format!("127.0.0.1:{port}");
+    let start = std::time::Instant::now();
+    let serve = Serve::start(&args(&right).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let issued = serve
+        .wait_status("issued after the fix", |s| {
+            s["acme"]["names"]["first.example.com"]["state"] == "valid"
+                && s["acme"]["names"]["first.example.com"]["renew_after"].is_string()
+        })
+        .await;
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "not after the hour"
+    );
+    let renew_after = issued["acme"]["names"]["first.example.com"]["renew_after"].clone();
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+
+    let serve = Serve::start(&args(&right).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let again = serve
+        .wait_status("the stored renewal", |s| {
+            s["acme"]["names"]["first.example.com"]["renew_after"].is_string()
+        })
+        .await;
+    assert_eq!(
+        again["acme"]["names"]["first.example.com"]["renew_after"],
+        renew_after
+    );
+    assert_eq!(
+        pebble.orders(),
+        2,
+        "the failed order and the one after the fix"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

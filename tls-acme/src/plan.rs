@@ -96,6 +96,11 @@ pub(crate) fn next(
     if let Some(held) = held {
         hold(record, held, draw);
     }
+    if !settings.ari {
+        // A CA without ARI (or one that said so): no check is planned.
+        record.ari_next = None;
+        record.ari_failures = 0;
+    }
     if record.failed {
         return Action::GiveUp;
     }

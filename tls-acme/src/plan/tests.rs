@@ -390,6 +390,22 @@ fn ari_failing_from_the_start_keeps_the_lifetime_rule_and_retries_less_often() {
 }
 
 #[test]
+fn a_ca_found_without_ari_plans_no_check() {
+    let now = start();
+    let cert = held("c", now, 90 * DAY);
+    let mut record = Record::default();
+    assert_eq!(
+        next(&mut record, Some(&cert), false, &ARI, now, 0.5),
+        Action::FetchAri
+    );
+    // The CA says it has no ARI: the lifetime decides, and no check is planned.
+    ari_fetched(&mut record, &cert, Err(()), now, 0.5);
+    let until = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.5));
+    assert_eq!(until, by_lifetime(&cert, 0.5));
+    assert_eq!(record.ari_next, None);
+}
+
+#[test]
 fn without_ari_no_window_is_asked_for_and_orders_do_not_replace() {
     let now = start();
     let cert = held("c", now - 89 * DAY, 90 * DAY);
