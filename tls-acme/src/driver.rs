@@ -119,13 +119,19 @@ impl Driver {
         let _ = tx.send(Ok(Keyed::listing()));
         // By index: a closure taking the group by reference makes the future not `Send`
         // for every lifetime (rust-lang/rust#102211).
-        let loaded: Vec<Loaded> = futures::stream::iter(0..self.groups.len())
-            .map(|i| self.load(&self.groups[i], tx))
+        let held: Vec<Option<Held>> = futures::stream::iter(0..self.groups.len())
+            .map(|i| self.load_cert(&self.groups[i], tx))
             .buffered(LOAD_CONCURRENCY)
             .collect()
             .await;
+        // Ready: every stored certificate is served. The rest of what is stored is read next.
         let _ = tx.send(Ok(Keyed::listed()));
-        let stored = loaded.iter().filter(|l| l.held.is_some()).count();
+        let stored = held.iter().filter(|h| h.is_some()).count();
+        let loaded: Vec<Loaded> = futures::stream::iter(held.into_iter().enumerate())
+            .map(|(i, held)| self.load(&self.groups[i][0], held))
+            .buffered(LOAD_CONCURRENCY)
+            .collect()
+            .await;
         let ca = self.account(stored).await;
         self.withdraw_leftovers().await;
         let budget = match self.store.budget().await {
@@ -170,10 +176,9 @@ impl Driver {
         futures::future::join_all(loops).await;
     }
 
-    /// What is stored for `group`: its certificate (checked as a new one is, sent to be
-    /// served), its record, whether an order is in flight.
-    async fn load(&self, group: &[String], tx: &Tx) -> Loaded {
-        let name = &group[0];
+    /// What is stored for the certificate `name` besides `held`: its record, whether an order
+    /// is in flight.
+    async fn load(&self, name: &str, held: Option<Held>) -> Loaded {
         let record = match self.store.record(name).await {
             Ok(record) => record,
             Err(e) => {
@@ -183,12 +188,13 @@ impl Driver {
         };
         let in_flight = matches!(self.store.in_flight(name).await, Ok(Some(_)));
         Loaded {
-            held: self.load_cert(group, tx).await,
+            held,
             record,
             in_flight,
         }
     }
 
+    /// The stored certificate of `group`, checked as a new one is, sent to be served.
     async fn load_cert(&self, group: &[String], tx: &Tx) -> Option<Held> {
         let name = &group[0];
         let stored = match self.store.cert(name).await {
@@ -407,6 +413,11 @@ impl Driver {
                         .renewal_info(name, &h.leaf)
                         .await
                         .map_err(|e| tracing::debug!(name = %name, error = %e, "ARI failed"));
+                    if answer.is_err() && !term.ca.offers_ari() {
+                        // The CA has no ARI (known without asking it): nothing to record, the
+                        // lifetime decides.
+                        continue;
+                    }
                     plan::ari_fetched(
                         &mut record,
                         &h.plan,
