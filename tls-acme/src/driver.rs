@@ -133,7 +133,16 @@ impl Driver {
             .collect()
             .await;
         let ca = self.account(stored).await;
-        self.withdraw_leftovers().await;
+        // Answers left published by an order that stopped (a restart, a leader gone), except
+        // those of an order in flight: the CA may be validating them, and it is resumed.
+        let in_flight: std::collections::HashSet<&str> = self
+            .groups
+            .iter()
+            .zip(&loaded)
+            .filter(|(_, l)| l.in_flight)
+            .flat_map(|(group, _)| group.iter().map(|n| n.trim_start_matches("*.")))
+            .collect();
+        self.withdraw_leftovers(&in_flight).await;
         let budget = match self.store.budget().await {
             Ok(budget) => budget,
             Err(e) => {
@@ -327,17 +336,24 @@ impl Driver {
     }
 
     /// Withdraws the challenge answers a previous run published and did not withdraw (it
-    /// stopped in the middle of an order): an order resumed answers again.
-    async fn withdraw_leftovers(&self) {
+    /// stopped in the middle of an order), but those for the identifiers `in_flight`.
+    async fn withdraw_leftovers(&self, in_flight: &std::collections::HashSet<&str>) {
+        let leftover = |p: &crate::store::Published| {
+            let identifier = p.name.trim_start_matches("_acme-challenge.");
+            !in_flight.contains(identifier)
+        };
         match self.store.published().await {
-            Ok(published) if !published.is_empty() => {
+            Ok(mut published) => {
+                published.retain(leftover);
+                if published.is_empty() {
+                    return;
+                }
                 tracing::info!(
                     count = published.len(),
                     "withdrawing challenge answers left published"
                 );
                 order::withdraw(&self.answering(), published).await;
             }
-            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the challenge answers published");
             }

@@ -16,7 +16,9 @@
 //!   suggests for the new certificate the window the last one was renewed in is stale: the
 //!   lifetime decides until the window moves.
 //! - **Failures** wait by kind, and are kept with the configuration that failed: another
-//!   configuration tries at once.
+//!   configuration tries at once. A failure of ours (not the CA's rate limit, not the budget)
+//!   waits at most a quarter of the held certificate's remaining validity, a minute at least:
+//!   an hour's wait after a failed validation would let a 5-minute certificate expire.
 
 use std::time::{Duration, SystemTime};
 
@@ -275,6 +277,20 @@ pub(crate) fn failed(
         FailureKind::BadCertificate | FailureKind::Transient => {
             Some(saturating_add(now, backoff(record.failures, draw)))
         }
+    };
+    // A certificate held is not left to expire behind a wait of our own: a failure waits at
+    // most a quarter of its remaining validity (a minute at least), so a short-lived one is
+    // tried a few times before it ends. The CA's waits (a rate limit) and the budget's stand.
+    let ours = matches!(
+        failure.kind,
+        FailureKind::Validation | FailureKind::BadCertificate | FailureKind::Transient
+    );
+    let retry = match (retry, record.not_after.map(from_unix)) {
+        (Some(at), Some(end)) if ours => {
+            let left = end.duration_since(now).unwrap_or_default();
+            Some(at.min(saturating_add(now, (left / 4).max(BACKOFF_MIN))))
+        }
+        (retry, _) => retry,
     };
     record.retry_at = retry.map(to_unix);
 }

@@ -38,6 +38,9 @@ struct Args {
     only: Option<String>,
     minutes: u64,
     runs: usize,
+    /// For `short`: the names and the certificates' lifetime (seconds).
+    names: usize,
+    lifetime: u64,
 }
 
 fn args() -> Args {
@@ -45,6 +48,8 @@ fn args() -> Args {
         only: None,
         minutes: 10,
         runs: 3,
+        names: 100,
+        lifetime: 300,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -53,6 +58,8 @@ fn args() -> Args {
             "--only" => args.only = Some(value),
             "--minutes" => args.minutes = value.parse().expect("--minutes: a count"),
             "--runs" => args.runs = value.parse().expect("--runs: a count"),
+            "--names" => args.names = value.parse().expect("--names: a count"),
+            "--lifetime" => args.lifetime = value.parse().expect("--lifetime: seconds"),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -197,12 +204,23 @@ struct Seen {
     issued: u64,
     /// The share of the lifetime left at each renewal.
     left: Vec<f64>,
+    /// The failures the leader reported, and how often each was seen changing.
+    errors: HashMap<String, u64>,
+    last_error: HashMap<String, String>,
 }
 
 impl Seen {
     /// Folds in a leader's status observed at `now`.
     fn observe(&mut self, status: &AcmeStatus, now: SystemTime, lifetime: Duration) {
         for (name, n) in &status.names {
+            if let Some(error) = &n.last_error
+                && self.last_error.get(name) != Some(error)
+            {
+                self.last_error.insert(name.clone(), error.clone());
+                // The name varies: the failure's kind is what is counted.
+                let kind = error.replace(name.as_str(), "NAME");
+                *self.errors.entry(kind).or_default() += 1;
+            }
             let Some(end) = n.not_after else { continue };
             match self.not_after.insert(name.clone(), end) {
                 None => self.issued += 1,
@@ -360,6 +378,11 @@ async fn estate(names: usize, lifetime: Duration, minutes: u64) {
         pct(1.0),
         left.iter().filter(|l| **l < 0.1).count()
     );
+    let mut errors: Vec<_> = seen.errors.iter().collect();
+    errors.sort_by(|a, b| b.1.cmp(a.1));
+    for (error, count) in errors.iter().take(5) {
+        println!("short: failures seen {count}x: {error}");
+    }
     println!(
         "short: CPU per renewal: this process (3 replicas, emulator, probe) {:.1} ms, Pebble {:.1} ms",
         (cpu_after.0 - cpu_before.0).as_secs_f64() * 1e3 / renewals,
@@ -470,7 +493,7 @@ async fn main() {
         }
     }
     if only.is_none() || only == Some("short") {
-        estate(100, Duration::from_secs(300), args.minutes).await;
+        estate(args.names, Duration::from_secs(args.lifetime), args.minutes).await;
     }
     if only.is_none() || only == Some("stress") {
         estate(200, Duration::from_secs(120), args.minutes.min(5)).await;

@@ -472,6 +472,53 @@ fn a_failed_validation_waits_an_hour_and_is_kept_with_its_configuration() {
 }
 
 #[test]
+fn a_failure_never_waits_past_a_quarter_of_what_is_left_of_a_held_certificate() {
+    let now = start();
+    // A 300-second certificate at half its life: a failed validation waits a minute, not an
+    // hour; a 6-day one keeps the hour.
+    for (lifetime, wait) in [(Duration::from_secs(300), 60), (6 * DAY, 3600)] {
+        let cert = held("c", now - lifetime / 2, lifetime);
+        let mut record = Record::default();
+        let _ = next(&mut record, Some(&cert), false, &LIFETIME, now, 0.0);
+        failed(
+            &mut record,
+            failure(FailureKind::Validation, None),
+            CONFIG,
+            now,
+            0.0,
+        );
+        assert_eq!(record.retry_at, Some(to_unix(now) + wait), "{lifetime:?}");
+    }
+    // 40 minutes left: transient failures wait at most 10 minutes.
+    let cert = held(
+        "c",
+        now - 20 * Duration::from_secs(60),
+        Duration::from_secs(3600),
+    );
+    let mut record = Record::default();
+    let _ = next(&mut record, Some(&cert), false, &LIFETIME, now, 0.0);
+    for _ in 0..8 {
+        failed(
+            &mut record,
+            failure(FailureKind::Transient, None),
+            CONFIG,
+            now,
+            0.0,
+        );
+    }
+    assert_eq!(record.retry_at, Some(to_unix(now) + 600));
+    // The CA's rate limit stands, whatever is left.
+    failed(
+        &mut record,
+        failure(FailureKind::RateLimited, Some(now + DAY)),
+        CONFIG,
+        now,
+        0.0,
+    );
+    assert_eq!(record.retry_at, Some(to_unix(now + DAY)));
+}
+
+#[test]
 fn a_changed_configuration_tries_a_failed_name_at_once() {
     let now = start();
     let mut record = Record::default();

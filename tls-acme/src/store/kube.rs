@@ -106,6 +106,8 @@ pub(crate) struct KubeStore {
     propagation: Duration,
     /// Seals the account's credentials and the orders' keys.
     seal: Arc<dyn Seal>,
+    /// A lock per Secret changed (`change`).
+    locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl fmt::Debug for KubeStore {
@@ -143,6 +145,7 @@ impl KubeStore {
             }),
             propagation,
             seal,
+            locks: std::sync::Mutex::default(),
         }
     }
 
@@ -229,6 +232,14 @@ impl KubeStore {
         secret: &FencedSecret,
         changes: &[(String, Option<Vec<u8>>)],
     ) -> Result<(), Error> {
+        // One change of a Secret at a time: each is a read, a merge and a write of the whole
+        // data, and a conflict retried in the write keeps the merge it was given (two orders
+        // publishing challenges at once would drop each other's).
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(locks.entry(secret.name().to_owned()).or_default())
+        };
+        let _guard = lock.lock().await;
         let stored = Self::read(secret).await?;
         let exists = stored.is_some();
         let before = stored.map(|s| s.data).unwrap_or_default();
