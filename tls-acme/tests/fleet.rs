@@ -559,3 +559,50 @@ fn stored_spends(api: &KubeApi) -> usize {
         serde_json::from_slice(&json).expect("the budget's format");
     budget.values().map(Vec::len).sum()
 }
+
+/// Many orders at once (no stagger): each publishes its challenge in the one challenges
+/// Secret, and every follower answers each of them (a leader that merged its changes of the
+/// Secret concurrently dropped some: their validations failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn orders_placed_at_once_each_get_their_challenge_published_to_every_replica() {
+    let port = tls_test::free_port().port();
+    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
+        return;
+    };
+    let names: Vec<String> = (0..16).map(|i| format!("p{i}.example.com")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let follower = if i % 2 == 0 { 2 } else { 3 };
+        pebble.add_a(name, Ipv4Addr::new(127, 0, 0, follower)).await;
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let api = KubeApi::start().await;
+    let directory = pebble.directory_url();
+    let ca = (&pebble, directory.as_str());
+    let at_once = |builder: AcmeBuilder| builder.stagger(Duration::ZERO);
+    let leader = Replica::start_configured(&api, ca, 1, port, &names, at_once).await;
+    leader.until_leading().await;
+    let _b = Replica::start_configured(&api, ca, 2, port, &names, at_once).await;
+    let _c = Replica::start_configured(&api, ca, 3, port, &names, at_once).await;
+    let mut status = leader.server.acme.status();
+    let mut failed = Vec::new();
+    tokio::time::timeout(PATIENCE * 3, async {
+        loop {
+            {
+                let now = status.borrow_and_update();
+                failed.extend(
+                    now.names
+                        .iter()
+                        .filter_map(|(name, n)| n.last_error.clone().map(|e| (name.clone(), e))),
+                );
+                if all_valid(&now) || !failed.is_empty() {
+                    return;
+                }
+            }
+            status.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not every name issued: {:#?}", *status.borrow()));
+    assert!(failed.is_empty(), "names that failed: {failed:?}");
+    assert_eq!(pebble.orders(), 16);
+}
