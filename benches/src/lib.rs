@@ -321,3 +321,64 @@ pub fn verifying_client_on(cert: &TestCert, provider: Arc<CryptoProvider>) -> ru
     client.resumption = rustls::client::Resumption::disabled();
     client
 }
+
+/// A server of ours for the ACME binaries: the ACME certificates as strict SNI routes,
+/// TLS-ALPN-01 answered in its accept stream (what `serve --acme-directory` runs). Stops when
+/// dropped.
+#[derive(Debug)]
+pub struct AcmeServer {
+    /// The ACME client.
+    pub acme: tls_acme::Acme,
+    /// Its reloader.
+    pub reloader: Reloader,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AcmeServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.reloader.stop();
+    }
+}
+
+impl AcmeServer {
+    /// Builds `builder` and serves its certificates on `listener`.
+    ///
+    /// # Panics
+    /// If the configuration or the reloader cannot be built.
+    pub fn start(builder: tls_acme::AcmeBuilder, listener: tokio::net::TcpListener) -> Self {
+        let acme = builder.build().expect("a valid configuration");
+        let reloader = Reloader::builder()
+            .crypto_provider(provider())
+            .routes(acme.source().expect("the source"))
+            .handshake_hook(acme.challenges())
+            .sni_strict(true)
+            .spawn_routes()
+            .expect("a reloader");
+        let addr = listener.local_addr().expect("an address");
+        let incoming = reloader.incoming(listener).expect("the accept stream");
+        let task = tls_test::answer_each(incoming);
+        Self {
+            acme,
+            reloader,
+            addr,
+            task,
+        }
+    }
+
+    /// Waits (up to `tls_test::PATIENCE`) until the ACME status satisfies `pred`.
+    ///
+    /// # Panics
+    /// If it does not in time, with the last status.
+    pub async fn until(&self, what: &str, mut pred: impl FnMut(&tls_acme::AcmeStatus) -> bool) {
+        let mut rx = self.acme.status();
+        if tokio::time::timeout(tls_test::PATIENCE, rx.wait_for(|s| pred(s)))
+            .await
+            .is_err()
+        {
+            panic!("timed out waiting for {what}: {:#?}", *rx.borrow());
+        }
+    }
+}

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use benches::{DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing};
+use benches::{AcmeServer, DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing};
 use bytes::Bytes;
 use instant_acme::{
     Account, BodyWrapper, BytesResponse, ChallengeType, HttpClient, Identifier, NewAccount,
@@ -39,7 +39,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
-use tls_reload::Reloader;
 use tls_test::{AcmeLayer, Endpoint, KubeApi, Link, Pebble, probe_trusting};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpListener;
@@ -102,51 +101,7 @@ fn ms(d: Duration) -> f64 {
 // Ours: a server with the ACME certificates as strict SNI routes, TLS-ALPN-01 in its accept
 // stream (what `serve --acme-directory` runs).
 
-struct Served {
-    acme: Acme,
-    reloader: Reloader,
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.task.abort();
-        self.reloader.stop();
-    }
-}
-
-impl Served {
-    fn start(builder: AcmeBuilder, listener: TcpListener) -> Self {
-        let acme = builder.build().expect("a valid configuration");
-        let reloader = Reloader::builder()
-            .crypto_provider(benches::provider())
-            .routes(acme.source().expect("the source"))
-            .handshake_hook(acme.challenges())
-            .sni_strict(true)
-            .spawn_routes()
-            .expect("a reloader");
-        let addr = listener.local_addr().expect("an address");
-        let incoming = reloader.incoming(listener).expect("the accept stream");
-        let task = tls_test::answer_each(incoming);
-        Self {
-            acme,
-            reloader,
-            addr,
-            task,
-        }
-    }
-
-    async fn until(&self, what: &str, mut pred: impl FnMut(&AcmeStatus) -> bool) {
-        let mut rx = self.acme.status();
-        if tokio::time::timeout(PATIENCE, rx.wait_for(|s| pred(s)))
-            .await
-            .is_err()
-        {
-            panic!("timed out waiting for {what}: {:#?}", *rx.borrow());
-        }
-    }
-}
+type Served = AcmeServer;
 
 fn all_valid(status: &AcmeStatus) -> bool {
     !status.names.is_empty() && status.names.values().all(|n| n.state == NameState::Valid)
