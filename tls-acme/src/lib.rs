@@ -29,7 +29,9 @@
 //!   name is tried at once. An order the CA refused (a failed validation) waits an hour
 //!   ([`REFUSED_BACKOFF`]); `rateLimited` until the CA's `Retry-After` (an hour without one);
 //!   other errors back off from a minute to a day, with jitter; an identifier the CA will not
-//!   issue for is not retried. [`Acme::retry_now`] tries every waiting name again as far as
+//!   issue for is not retried. None of our waits outlasts a quarter of what is left of the
+//!   certificate held (a minute at least), so a short-lived certificate is tried again before
+//!   it ends. [`Acme::retry_now`] tries every waiting name again as far as
 //!   the CA's limits allow. A `badNonce` is retried, an order in flight resumed. Each wait is
 //!   stored; [`AcmeStatus`] says what each name is doing and why.
 //! - **A budget of first orders** per registered domain (by the public suffix list), 50 in
@@ -64,7 +66,9 @@
 //! fenced by its round, `tls_k8s::store`); every replica serves each certificate from its
 //! Secret (labelled `CERTIFICATE_LABEL`) and answers the CA's challenges (TLS-ALPN-01
 //! published in a Secret, HTTP-01 from the account's thumbprint, `THUMBPRINT_ANNOTATION`).
-//! An order in flight is stored before its challenge is answered, so a new leader resumes it.
+//! An order in flight is stored before its challenge is answered, so a new leader resumes it;
+//! each leadership term reads the stored state afresh (the weekly budget included), so a
+//! replica that leads again continues from what the leaders between wrote.
 
 mod budget;
 mod builder;

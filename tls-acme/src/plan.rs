@@ -26,7 +26,10 @@ use tls_source::clock::saturating_add;
 
 use crate::record::{FailureKind, Record, RenewReason, Window, from_unix, to_unix};
 
-/// How long after an order the CA refused (a failed validation) it is tried again, at least.
+/// How long an order the CA refused (a failed validation) waits before it is tried again: less
+/// only when the certificate held would otherwise expire first (a failure waits at most a
+/// quarter of its remaining validity), or a retry is asked for
+/// ([`Acme::retry_now`](crate::Acme::retry_now)).
 pub const REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 /// The shortest and the longest wait after a failed order (other than a refusal or a rate
 /// limit): one minute, doubling, at most a day.
