@@ -124,7 +124,9 @@ pub(crate) struct Term {
 /// by the API server under the term's fence); a fleet's deposed writer gets
 /// [`Error::Deposed`].
 pub(crate) trait AcmeStore: Send + Sync + fmt::Debug + 'static {
-    /// The account registered at `directory`, if one is stored.
+    /// The account registered at `directory`, if one is stored. (The state directory keeps one
+    /// per directory; a fleet's Secrets keep the last one saved, whose thumbprint every replica
+    /// answers HTTP-01 with: more than one CA in a fleet is for later.)
     fn account<'a>(&'a self, directory: &'a str) -> StoreFuture<'a, Option<StoredAccount>>;
     /// Stores the account registered at `directory`.
     fn save_account<'a>(
