@@ -228,6 +228,56 @@ impl FencedSecret {
         }
     }
 
+    /// Changes the Secret's `data` with `change`, fenced by `fence`, applied to the data each
+    /// attempt reads: after a conflict (another write landed between the read and the write)
+    /// the change is made again on what is stored now, so concurrent changes of different keys
+    /// all land (a [`write`](Self::write) of a whole map made from an older read would drop the
+    /// others'). `None` when the change leaves the data as stored, a missing Secret counting
+    /// as empty (nothing is written, nothing created).
+    ///
+    /// # Errors
+    /// An API error other than a conflict.
+    pub async fn modify(
+        &self,
+        fence: &Fence,
+        change: impl Fn(&mut BTreeMap<String, Vec<u8>>),
+    ) -> Result<Option<Written>, kube::Error> {
+        let mut conflicts = 0;
+        loop {
+            let stored = self.api.get_opt(&self.name).await?;
+            let before = stored
+                .as_ref()
+                .map(|s| Stored::of(s).data)
+                .unwrap_or_default();
+            let mut data = before.clone();
+            change(&mut data);
+            if data == before {
+                return Ok(None);
+            }
+            let outcome = match stored {
+                None => self.create(fence, Some(&data), &BTreeMap::new()).await,
+                Some(secret) => match stored_fence(&secret) {
+                    Some(stored) if refuses(&stored, fence) => {
+                        tracing::debug!(secret = %self.name, round = fence.round, stored = stored.round, "fenced write refused");
+                        return Ok(Some(Written::Refused { stored }));
+                    }
+                    _ => {
+                        self.replace(secret, fence, Some(&data), &BTreeMap::new())
+                            .await
+                    }
+                },
+            };
+            match outcome {
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && conflicts < CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                }
+                other => return other.map(Some),
+            }
+        }
+    }
+
     async fn create(
         &self,
         fence: &Fence,

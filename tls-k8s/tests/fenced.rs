@@ -102,3 +102,55 @@ async fn a_writer_paused_past_its_lease_is_refused_after_its_successor_stamps() 
         Written::Accepted { .. }
     ));
 }
+
+/// One writer's concurrent changes of different keys all land: each conflict makes the change
+/// again on what is stored (a whole map written from an older read would drop the others').
+/// A change that leaves the data as it is writes nothing, and creates no Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_modifications_of_different_keys_all_land() {
+    let api = KubeApi::start().await;
+    let secret = FencedSecret::new(client(&api), "default", "shared");
+    let term = fence(1, "a");
+    let removed = secret
+        .modify(&term, |data| {
+            data.remove("absent");
+        })
+        .await
+        .unwrap();
+    assert!(removed.is_none());
+    assert!(
+        api.get("secrets", "default", "shared").is_none(),
+        "nothing created"
+    );
+
+    let changes = (0..16).map(|i| {
+        let (secret, term) = (&secret, &term);
+        async move {
+            secret
+                .modify(term, |data| {
+                    data.insert(format!("key-{i}"), vec![u8::try_from(i).unwrap()]);
+                })
+                .await
+                .unwrap()
+        }
+    });
+    for written in futures::future::join_all(changes).await {
+        assert!(
+            matches!(written, Some(Written::Accepted { .. })),
+            "{written:?}"
+        );
+    }
+    let stored = api.get("secrets", "default", "shared").unwrap();
+    let keys = stored["data"].as_object().unwrap();
+    for i in 0..16 {
+        assert!(keys.contains_key(&format!("key-{i}")), "key-{i}: {keys:?}");
+    }
+    // A deposed writer's change is refused.
+    let stale = secret
+        .modify(&fence(0, "b"), |data| {
+            data.insert("late".into(), b"x".to_vec());
+        })
+        .await
+        .unwrap();
+    assert!(matches!(stale, Some(Written::Refused { .. })), "{stale:?}");
+}

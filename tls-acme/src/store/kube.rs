@@ -106,8 +106,6 @@ pub(crate) struct KubeStore {
     propagation: Duration,
     /// Seals the account's credentials and the orders' keys.
     seal: Arc<dyn Seal>,
-    /// A lock per Secret changed (`change`).
-    locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl fmt::Debug for KubeStore {
@@ -145,7 +143,6 @@ impl KubeStore {
             }),
             propagation,
             seal,
-            locks: std::sync::Mutex::default(),
         }
     }
 
@@ -226,34 +223,32 @@ impl KubeStore {
     }
 
     /// Changes values of `secret` (with `None`, removes them) in one fenced write, if any
-    /// changes.
+    /// change; made again on what is stored after a conflict, so concurrent changes of one
+    /// Secret (orders publishing their challenges at once) all land.
     async fn change(
         &self,
         secret: &FencedSecret,
         changes: &[(String, Option<Vec<u8>>)],
     ) -> Result<(), Error> {
-        // One change of a Secret at a time: each is a read, a merge and a write of the whole
-        // data, and a conflict retried in the write keeps the merge it was given (two orders
-        // publishing challenges at once would drop each other's).
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
-            Arc::clone(locks.entry(secret.name().to_owned()).or_default())
-        };
-        let _guard = lock.lock().await;
-        let stored = Self::read(secret).await?;
-        let exists = stored.is_some();
-        let before = stored.map(|s| s.data).unwrap_or_default();
-        let mut data = before.clone();
-        for (key, value) in changes {
-            match value {
-                Some(value) => data.insert(key.clone(), value.clone()),
-                None => data.remove(key),
-            };
+        let written = secret
+            .modify(&self.fence(), |data| {
+                for (key, value) in changes {
+                    match value {
+                        Some(value) => data.insert(key.clone(), value.clone()),
+                        None => data.remove(key),
+                    };
+                }
+            })
+            .await
+            .map_err(|e| Self::api_error(secret, e))?;
+        match written {
+            None | Some(Written::Accepted { .. }) => Ok(()),
+            Some(Written::Refused { stored }) => Err(Error::Deposed {
+                secret: secret.id(),
+                round: stored.round,
+                holder: stored.holder,
+            }),
         }
-        if data != before || (!exists && changes.iter().any(|(_, v)| v.is_some())) {
-            self.write(secret, &data, &BTreeMap::new()).await?;
-        }
-        Ok(())
     }
 
     /// `plaintext` as stored under `key` of `secret`.
