@@ -41,6 +41,17 @@ fn window(from: SystemTime, to: SystemTime) -> Window {
     }
 }
 
+/// The plan for a record with `cert` held and no order in flight.
+fn step(
+    record: &mut Record,
+    cert: &Held,
+    settings: &Settings<'_>,
+    now: SystemTime,
+    draw: f64,
+) -> Action {
+    next(record, Some(cert), false, settings, now, draw)
+}
+
 fn wait_until(action: Action) -> SystemTime {
     match action {
         Action::Wait { until } => until,
@@ -54,15 +65,15 @@ fn left_at_renewal(lifetime: Duration, jitter: f64) -> f64 {
     let mut now = start();
     let cert = held("c", now, lifetime);
     let mut record = Record::default();
-    let step = (lifetime / 10).min(Duration::from_secs(3600));
+    let stride = (lifetime / 10).min(Duration::from_secs(3600));
     loop {
-        match next(&mut record, Some(&cert), false, &LIFETIME, now, jitter) {
+        match step(&mut record, &cert, &LIFETIME, now, jitter) {
             Action::Order { .. } => break,
             Action::Wait { until } => {
                 now += until
                     .duration_since(now)
-                    .unwrap_or(step)
-                    .clamp(Duration::from_secs(1), step);
+                    .unwrap_or(stride)
+                    .clamp(Duration::from_secs(1), stride);
             }
             other => panic!("{other:?}"),
         }
@@ -114,7 +125,7 @@ fn a_300_second_certificate_renews_at_half_its_life() {
     let now = start();
     let cert = held("c", now, Duration::from_secs(300));
     let mut record = Record::default();
-    let until = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.0));
+    let until = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.0));
     assert_eq!(until, now + Duration::from_secs(150));
 }
 
@@ -127,11 +138,44 @@ fn a_certificate_valid_until_9999_waits_without_overflow_and_renews_in_time() {
         not_after: latest(),
     };
     let mut record = Record::default();
-    let until = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.999));
+    let until = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.999));
     assert!(until > now && until < latest(), "{until:?}");
     // A clock stepped to the end of time orders, never panics.
-    let action = next(&mut record, Some(&cert), false, &LIFETIME, latest(), 0.5);
+    let action = step(&mut record, &cert, &LIFETIME, latest(), 0.5);
     assert_eq!(action, Action::Order { replaces: false });
+}
+
+#[test]
+fn a_certificate_valid_from_1950_to_9999_renews_in_between_and_stores_without_overflow() {
+    let from_1950 = SystemTime::UNIX_EPOCH - 20 * 365 * DAY;
+    let cert = Held {
+        id: "long".into(),
+        not_before: from_1950,
+        not_after: latest(),
+    };
+    let mut record = Record::default();
+    let now = start();
+    let until = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.999));
+    assert!(until > now && until < latest(), "{until:?}");
+    let stored = Record::from_json(&record.to_json()).unwrap();
+    assert_eq!(stored.renew_at, record.renew_at);
+    // ARI for it: a window at the end of time, an outage, a failure; nothing overflows.
+    ari_fetched(
+        &mut record,
+        &cert,
+        Ok((window(latest(), latest()), Duration::MAX)),
+        now,
+        0.5,
+    );
+    ari_fetched(&mut record, &cert, Err(()), latest(), 0.5);
+    failed(
+        &mut record,
+        failure(FailureKind::Transient, None),
+        CONFIG,
+        latest(),
+        0.5,
+    );
+    assert_eq!(record.retry_at, Some(to_unix(latest())));
 }
 
 #[test]
@@ -140,7 +184,7 @@ fn a_certificate_already_expired_is_ordered_at_once() {
     let cert = held("old", now - 100 * DAY, 90 * DAY);
     let mut record = Record::default();
     assert_eq!(
-        next(&mut record, Some(&cert), false, &LIFETIME, now, 0.3),
+        step(&mut record, &cert, &LIFETIME, now, 0.3),
         Action::Order { replaces: false }
     );
 }
@@ -159,7 +203,7 @@ fn the_renewal_time_is_drawn_once_per_certificate_and_kept_across_restarts() {
     let now = start();
     let cert = held("c", now, 90 * DAY);
     let mut record = Record::default();
-    let first = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.7));
+    let first = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.7));
     // A restart: the record read back, another number drawn.
     let mut stored = Record::from_json(&record.to_json()).unwrap();
     for draw in [0.0, 0.2, 0.99] {
@@ -194,8 +238,8 @@ fn a_record_of_the_previous_version_gets_its_jitter_once_and_keeps_it() {
     let cert = held("c", now, 45 * DAY);
     let mut record =
         Record::from_json(br#"{"retry_at":null,"failures":0,"last_error":null}"#).unwrap();
-    let first = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.4));
-    let second = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.9));
+    let first = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.4));
+    let second = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.9));
     assert_eq!(first, second);
     assert_eq!(record.jitter, Some(0.4));
 }
@@ -208,7 +252,7 @@ async fn with_ari_the_window_is_fetched_first_then_a_time_inside_it_is_kept() {
     let cert = held("c", clock.now(), 90 * DAY);
     let mut record = Record::default();
     assert_eq!(
-        next(&mut record, Some(&cert), false, &ARI, clock.now(), 0.5),
+        step(&mut record, &cert, &ARI, clock.now(), 0.5),
         Action::FetchAri
     );
     let (from, to) = (clock.now() + 60 * DAY, clock.now() + 62 * DAY);
@@ -235,7 +279,7 @@ async fn with_ari_the_window_is_fetched_first_then_a_time_inside_it_is_kept() {
     // The same window again: the same time, whatever is drawn.
     clock.step(6 * 3600 * Duration::from_secs(1));
     assert_eq!(
-        next(&mut record, Some(&cert), false, &ARI, clock.now(), 0.1),
+        step(&mut record, &cert, &ARI, clock.now(), 0.1),
         Action::FetchAri
     );
     ari_fetched(
@@ -253,7 +297,7 @@ fn an_ari_window_that_moves_moves_the_renewal_with_it() {
     let now = start();
     let cert = held("c", now, 90 * DAY);
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&cert), false, &ARI, now, 0.0);
+    let _ = step(&mut record, &cert, &ARI, now, 0.0);
     ari_fetched(
         &mut record,
         &cert,
@@ -276,7 +320,7 @@ fn an_ari_window_that_has_started_means_renew_now_replacing_the_certificate() {
     let now = start();
     let cert = held("c", now - 10 * DAY, 90 * DAY);
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&cert), false, &ARI, now, 0.5);
+    let _ = step(&mut record, &cert, &ARI, now, 0.5);
     // A mass revocation: the window moved into the past.
     ari_fetched(
         &mut record,
@@ -286,7 +330,7 @@ fn an_ari_window_that_has_started_means_renew_now_replacing_the_certificate() {
         0.5,
     );
     assert_eq!(
-        next(&mut record, Some(&cert), false, &ARI, now, 0.5),
+        step(&mut record, &cert, &ARI, now, 0.5),
         Action::Order { replaces: true }
     );
 }
@@ -296,7 +340,7 @@ fn an_ari_window_starting_now_means_renew_now() {
     let now = start();
     let cert = held("c", now - 10 * DAY, 90 * DAY);
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&cert), false, &ARI, now, 0.5);
+    let _ = step(&mut record, &cert, &ARI, now, 0.5);
     ari_fetched(
         &mut record,
         &cert,
@@ -305,7 +349,7 @@ fn an_ari_window_starting_now_means_renew_now() {
         0.5,
     );
     assert_eq!(
-        next(&mut record, Some(&cert), false, &ARI, now, 0.5),
+        step(&mut record, &cert, &ARI, now, 0.5),
         Action::Order { replaces: true }
     );
 }
@@ -315,7 +359,7 @@ async fn a_time_chosen_in_a_future_window_stays_when_the_window_starts() {
     let clock = clock();
     let cert = held("c", clock.now(), 90 * DAY);
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&cert), false, &ARI, clock.now(), 0.5);
+    let _ = step(&mut record, &cert, &ARI, clock.now(), 0.5);
     let w = window(clock.now() + DAY, clock.now() + 3 * DAY);
     ari_fetched(&mut record, &cert, Ok((w, DAY)), clock.now(), 0.5);
     let chosen = from_unix(record.renew_at.unwrap());
@@ -339,7 +383,7 @@ fn an_ari_retry_after_is_clamped_between_a_minute_and_a_day() {
         (Duration::MAX, 86_400),
     ] {
         let mut record = Record::default();
-        let _ = next(&mut record, Some(&cert), false, &ARI, now, 0.5);
+        let _ = step(&mut record, &cert, &ARI, now, 0.5);
         ari_fetched(&mut record, &cert, Ok((w, asked)), now, 0.5);
         assert_eq!(record.ari_next, Some(to_unix(now) + kept), "{asked:?}");
     }
@@ -350,7 +394,7 @@ fn an_ari_outage_never_leaves_renewal_later_than_the_lifetime_rule() {
     let now = start();
     let cert = held("c", now, 90 * DAY);
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&cert), false, &ARI, now, 0.0);
+    let _ = step(&mut record, &cert, &ARI, now, 0.0);
     // A window later than the lifetime rule, then ARI fails.
     ari_fetched(
         &mut record,
@@ -375,12 +419,9 @@ fn ari_failing_from_the_start_keeps_the_lifetime_rule_and_retries_less_often() {
     let mut at = now;
     let mut waits = Vec::new();
     for _ in 0..15 {
-        assert_eq!(
-            next(&mut record, Some(&cert), false, &ARI, at, 0.0),
-            Action::FetchAri
-        );
+        assert_eq!(step(&mut record, &cert, &ARI, at, 0.0), Action::FetchAri);
         ari_fetched(&mut record, &cert, Err(()), at, 0.0);
-        let until = wait_until(next(&mut record, Some(&cert), false, &ARI, at, 0.0));
+        let until = wait_until(step(&mut record, &cert, &ARI, at, 0.0));
         waits.push(until.duration_since(at).unwrap().as_secs());
         at = until;
     }
@@ -394,13 +435,10 @@ fn a_ca_found_without_ari_plans_no_check() {
     let now = start();
     let cert = held("c", now, 90 * DAY);
     let mut record = Record::default();
-    assert_eq!(
-        next(&mut record, Some(&cert), false, &ARI, now, 0.5),
-        Action::FetchAri
-    );
+    assert_eq!(step(&mut record, &cert, &ARI, now, 0.5), Action::FetchAri);
     // The CA says it has no ARI: the lifetime decides, and no check is planned.
     ari_fetched(&mut record, &cert, Err(()), now, 0.5);
-    let until = wait_until(next(&mut record, Some(&cert), false, &LIFETIME, now, 0.5));
+    let until = wait_until(step(&mut record, &cert, &LIFETIME, now, 0.5));
     assert_eq!(until, by_lifetime(&cert, 0.5));
     assert_eq!(record.ari_next, None);
 }
@@ -411,7 +449,7 @@ fn without_ari_no_window_is_asked_for_and_orders_do_not_replace() {
     let cert = held("c", now - 89 * DAY, 90 * DAY);
     let mut record = Record::default();
     assert_eq!(
-        next(&mut record, Some(&cert), false, &LIFETIME, now, 0.0),
+        step(&mut record, &cert, &LIFETIME, now, 0.0),
         Action::Order { replaces: false }
     );
 }
@@ -422,22 +460,19 @@ fn a_window_the_last_certificate_was_renewed_in_is_stale_and_the_lifetime_decide
     let old = held("old", now - 10 * DAY, 90 * DAY);
     let w = window(now - DAY, now + DAY);
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&old), false, &ARI, now, 0.5);
+    let _ = step(&mut record, &old, &ARI, now, 0.5);
     ari_fetched(&mut record, &old, Ok((w, DAY)), now, 0.5);
     assert_eq!(
-        next(&mut record, Some(&old), false, &ARI, now, 0.5),
+        step(&mut record, &old, &ARI, now, 0.5),
         Action::Order { replaces: true }
     );
     issued(&mut record, now);
     let new = held("new", now, 90 * DAY);
-    assert_eq!(
-        next(&mut record, Some(&new), false, &ARI, now, 0.5),
-        Action::FetchAri
-    );
+    assert_eq!(step(&mut record, &new, &ARI, now, 0.5), Action::FetchAri);
     // The CA answers the new certificate with the old window.
     ari_fetched(&mut record, &new, Ok((w, DAY)), now, 0.5);
     assert_eq!(record.renew_reason, Some(RenewReason::Lifetime));
-    let until = wait_until(next(&mut record, Some(&new), false, &ARI, now, 0.5));
+    let until = wait_until(step(&mut record, &new, &ARI, now, 0.5));
     assert_eq!(until, now + DAY, "the next ARI check, not an order");
 }
 
@@ -479,7 +514,7 @@ fn a_failure_never_waits_past_a_quarter_of_what_is_left_of_a_held_certificate() 
     for (lifetime, wait) in [(Duration::from_secs(300), 60), (6 * DAY, 3600)] {
         let cert = held("c", now - lifetime / 2, lifetime);
         let mut record = Record::default();
-        let _ = next(&mut record, Some(&cert), false, &LIFETIME, now, 0.0);
+        let _ = step(&mut record, &cert, &LIFETIME, now, 0.0);
         failed(
             &mut record,
             failure(FailureKind::Validation, None),
@@ -496,7 +531,7 @@ fn a_failure_never_waits_past_a_quarter_of_what_is_left_of_a_held_certificate() 
         Duration::from_secs(3600),
     );
     let mut record = Record::default();
-    let _ = next(&mut record, Some(&cert), false, &LIFETIME, now, 0.0);
+    let _ = step(&mut record, &cert, &LIFETIME, now, 0.0);
     for _ in 0..8 {
         failed(
             &mut record,
@@ -774,14 +809,11 @@ fn a_retry_asked_for_a_name_not_waiting_changes_nothing() {
     let now = start();
     let cert = held("c", now, 90 * DAY);
     let mut record = Record::default();
-    let before = next(&mut record, Some(&cert), false, &LIFETIME, now, 0.5);
+    let before = step(&mut record, &cert, &LIFETIME, now, 0.5);
     let kept = record.clone();
     retry_now(&mut record, now).expect("nothing to wait for");
     assert_eq!(record, kept);
-    assert_eq!(
-        next(&mut record, Some(&cert), false, &LIFETIME, now, 0.5),
-        before
-    );
+    assert_eq!(step(&mut record, &cert, &LIFETIME, now, 0.5), before);
 }
 
 // ===== the stagger =====
