@@ -102,9 +102,7 @@ async fn setup_secret() -> Setup {
     let certs = certs();
     let api = tls_test::KubeApi::start().await;
     put_secret(&api, &certs[0]);
-    let mut config = kube::Config::new(api.url().parse().unwrap());
-    config.default_namespace = "default".into();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = benches::emulator_client(&api.url());
     let source = tls_k8s::SecretSource::builder(client, "default", "tls").build();
     serve(source, Store::Secret(api), certs).await
 }

@@ -382,3 +382,101 @@ impl AcmeServer {
         }
     }
 }
+
+/// A `kube::Client` for the API emulator at `url` (all of it, or one client's endpoint), in
+/// the namespace `default`.
+///
+/// # Panics
+/// If `url` is not a URL.
+pub fn emulator_client(url: &str) -> kube::Client {
+    let mut config = kube::Config::new(url.parse().expect("the emulator's URL"));
+    config.default_namespace = "default".into();
+    kube::Client::try_from(config).expect("a client")
+}
+
+/// A replica of an ACME fleet named `web` on the API emulator, for the ACME binaries: replica
+/// `n` serves on 127.0.0.`n`, through an endpoint of its own (so it can be cut off).
+#[derive(Debug)]
+pub struct AcmeReplica {
+    /// Which replica (1 to 3): its address and its identity `replica-N`.
+    pub n: u8,
+    /// Its connection to the API server.
+    pub endpoint: tls_test::Endpoint,
+    /// The server.
+    pub served: AcmeServer,
+}
+
+impl AcmeReplica {
+    /// Replica `n` of `builder` (its directory and names), on `port`, with the Lease `timing`.
+    ///
+    /// # Panics
+    /// If 127.0.0.`n`:`port` cannot be bound within 10 s.
+    pub async fn start(
+        api: &tls_test::KubeApi,
+        builder: tls_acme::AcmeBuilder,
+        n: u8,
+        port: u16,
+        timing: Timing,
+    ) -> Self {
+        let endpoint = api.endpoint().await;
+        let builder = builder
+            .kubernetes(
+                emulator_client(&endpoint.url()),
+                "default",
+                "web",
+                format!("replica-{n}"),
+            )
+            .lease_timing(timing.0, timing.1, timing.2);
+        let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::new(127, 0, 0, n), port));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => break listener,
+                Err(e) if std::time::Instant::now() > deadline => panic!("{addr}: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        Self {
+            n,
+            endpoint,
+            served: AcmeServer::start(builder, listener),
+        }
+    }
+
+    /// Whether it leads the fleet.
+    pub fn leading(&self) -> bool {
+        self.served
+            .acme
+            .leadership()
+            .expect("a fleet")
+            .borrow()
+            .leading
+    }
+
+    /// Killed as SIGKILL would: its API connection reset first (it cannot release the Lease),
+    /// then everything it runs dropped.
+    pub fn kill(self) {
+        self.endpoint.partition(tls_test::Link::Reset);
+        drop(self);
+    }
+}
+
+/// Points each of `names` at the replicas that do not lead, in turn (so a killed leader's
+/// address is never the one the CA validates at).
+pub async fn point_at_followers(
+    pebble: &tls_test::Pebble,
+    replicas: &[AcmeReplica],
+    names: &[String],
+) {
+    let followers: Vec<u8> = replicas
+        .iter()
+        .filter(|r| !r.leading())
+        .map(|r| r.n)
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        let n = followers[i % followers.len()];
+        pebble
+            .add_a(name, std::net::Ipv4Addr::new(127, 0, 0, n))
+            .await;
+    }
+}

@@ -29,7 +29,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use benches::{AcmeServer, DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing};
+use benches::{
+    AcmeReplica, AcmeServer, DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing,
+    point_at_followers,
+};
 use bytes::Bytes;
 use instant_acme::{
     Account, BodyWrapper, BytesResponse, ChallengeType, HttpClient, Identifier, NewAccount,
@@ -39,7 +42,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
-use tls_test::{AcmeLayer, Endpoint, KubeApi, Link, Pebble, probe_trusting};
+use tls_test::{AcmeLayer, KubeApi, Pebble, probe_trusting};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpListener;
 
@@ -459,49 +462,25 @@ struct Fleet<'a> {
     names: &'a [String],
 }
 
-struct Replica {
-    n: u8,
-    endpoint: Endpoint,
-    served: Served,
+type Replica = AcmeReplica;
+
+/// Replica `n` of the fleet (127.0.0.`n`), with the Lease `timing`.
+async fn start_replica(fleet: &Fleet<'_>, n: u8, timing: Timing) -> Replica {
+    let builder = builder(&fleet.layer.directory_url(), fleet.pebble, fleet.names);
+    AcmeReplica::start(fleet.api, builder, n, fleet.port, timing).await
 }
 
-impl Replica {
-    async fn start(fleet: &Fleet<'_>, n: u8, timing: Timing) -> Self {
-        let endpoint = fleet.api.endpoint().await;
-        let mut config = kube::Config::new(endpoint.url().parse().expect("emulator URL"));
-        config.default_namespace = "default".into();
-        let client = kube::Client::try_from(config).expect("client");
-        let builder = builder(&fleet.layer.directory_url(), fleet.pebble, fleet.names)
-            .kubernetes(client, "default", "web", format!("replica-{n}"))
-            .lease_timing(timing.0, timing.1, timing.2);
-        let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, n), fleet.port));
-        let listener = TcpListener::bind(addr).await.expect("bind");
-        Self {
-            n,
-            endpoint,
-            served: Served::start(builder, listener),
-        }
-    }
-
-    fn leading(&self) -> bool {
-        self.served
-            .acme
-            .leadership()
-            .expect("a fleet")
-            .borrow()
-            .leading
-    }
-
-    fn valid(&self) -> usize {
-        self.served
-            .acme
-            .status()
-            .borrow()
-            .names
-            .values()
-            .filter(|n| n.state == NameState::Valid)
-            .count()
-    }
+/// How many names `replica` shows valid.
+fn valid(replica: &Replica) -> usize {
+    replica
+        .served
+        .acme
+        .status()
+        .borrow()
+        .names
+        .values()
+        .filter(|n| n.state == NameState::Valid)
+        .count()
 }
 
 async fn wait(what: &str, mut pred: impl FnMut() -> bool) {
@@ -509,20 +488,6 @@ async fn wait(what: &str, mut pred: impl FnMut() -> bool) {
     while !pred() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Points every name at the replicas that do not lead (so a killed leader's address is never
-/// the one the CA validates at: a kill then costs only what the state machine costs).
-async fn point_at_followers(pebble: &Pebble, replicas: &[Replica], names: &[String]) {
-    let followers: Vec<u8> = replicas
-        .iter()
-        .filter(|r| !r.leading())
-        .map(|r| r.n)
-        .collect();
-    for (i, name) in names.iter().enumerate() {
-        let n = followers[i % followers.len()];
-        pebble.add_a(name, Ipv4Addr::new(127, 0, 0, n)).await;
     }
 }
 
@@ -535,10 +500,9 @@ async fn kill_leader(fleet: &Fleet<'_>, replicas: &mut Vec<Replica>) {
         .expect("a leader");
     point_at_followers(fleet.pebble, replicas, fleet.names).await;
     let old = replicas.remove(i);
-    old.endpoint.partition(Link::Reset);
     let n = old.n;
-    drop(old);
-    replicas.insert(i, Replica::start(fleet, n, SHORT).await);
+    old.kill();
+    replicas.insert(i, start_replica(fleet, n, SHORT).await);
 }
 
 /// Every replica dropped, and three started with `timing`: until each is ready and serves
@@ -553,7 +517,7 @@ async fn restart(
     let start = Instant::now();
     let mut replicas = Vec::new();
     for n in 1..=3 {
-        replicas.push(Replica::start(fleet, n, timing).await);
+        replicas.push(start_replica(fleet, n, timing).await);
     }
     for replica in &replicas {
         replica
@@ -591,20 +555,20 @@ async fn fleet(args: &Args) {
         names: &names,
     };
     let start = Instant::now();
-    let first = Replica::start(&fleet, 1, SHORT).await;
+    let first = start_replica(&fleet, 1, SHORT).await;
     wait("a leader", || first.leading()).await;
     let mut replicas = vec![first];
     for n in [2, 3] {
-        replicas.push(Replica::start(&fleet, n, SHORT).await);
+        replicas.push(start_replica(&fleet, n, SHORT).await);
     }
     point_at_followers(&pebble, &replicas, &names).await;
     // Two leaders killed while the names are being ordered.
     for at in [30, 65] {
         wait("names being issued", || {
-            replicas.iter().any(|r| r.valid() >= at)
+            replicas.iter().any(|r| valid(r) >= at)
         })
         .await;
-        let valid = replicas.iter().map(Replica::valid).max().unwrap_or(0);
+        let valid = replicas.iter().map(valid).max().unwrap_or(0);
         kill_leader(&fleet, &mut replicas).await;
         println!(
             "fleet: leader killed with {valid} of 100 names issued ({} orders so far)",

@@ -22,12 +22,12 @@
 //! [--minutes M] [--runs R]`
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant, SystemTime};
 
-use benches::{SHORT_LEASE as SHORT, Timing};
+use benches::{AcmeReplica, SHORT_LEASE as SHORT, point_at_followers};
 use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
-use tls_test::{Endpoint, KubeApi, Link, PATIENCE, Pebble, TestCa, probe_trusting};
+use tls_test::{KubeApi, PATIENCE, Pebble, TestCa, probe_trusting};
 use tokio::net::TcpListener;
 
 /// A budget of first orders large enough for every name here (Pebble has no rate limits).
@@ -104,56 +104,22 @@ fn cpu(pid: Option<u32>) -> Duration {
 
 // ===== the short-lived estate =====
 
-struct Replica {
+type Replica = AcmeReplica;
+
+/// Replica `n` of the estate's fleet.
+async fn start_replica(
+    api: &KubeApi,
+    (pebble, directory): (&Pebble, &str),
+    port: u16,
+    names: &[String],
     n: u8,
-    endpoint: Endpoint,
-    served: Served,
+) -> Replica {
+    AcmeReplica::start(api, builder(directory, pebble, names), n, port, SHORT).await
 }
 
-impl Replica {
-    async fn start(
-        api: &KubeApi,
-        (pebble, directory): (&Pebble, &str),
-        port: u16,
-        names: &[String],
-        n: u8,
-        timing: Timing,
-    ) -> Self {
-        let endpoint = api.endpoint().await;
-        let mut config = kube::Config::new(endpoint.url().parse().expect("emulator URL"));
-        config.default_namespace = "default".into();
-        let client = kube::Client::try_from(config).expect("client");
-        let builder = builder(directory, pebble, names)
-            .kubernetes(client, "default", "web", format!("replica-{n}"))
-            .lease_timing(timing.0, timing.1, timing.2);
-        let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, n), port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let listener = loop {
-            match TcpListener::bind(addr).await {
-                Ok(listener) => break listener,
-                Err(e) if Instant::now() > deadline => panic!("{addr}: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        };
-        Self {
-            n,
-            endpoint,
-            served: Served::start(builder, listener),
-        }
-    }
-
-    fn leading(&self) -> bool {
-        self.served
-            .acme
-            .leadership()
-            .expect("a fleet")
-            .borrow()
-            .leading
-    }
-
-    fn status(&self) -> AcmeStatus {
-        self.served.acme.status().borrow().clone()
-    }
+/// What `replica` shows now.
+fn status_of(replica: &Replica) -> AcmeStatus {
+    replica.served.acme.status().borrow().clone()
 }
 
 /// What the estate run saw.
@@ -226,7 +192,7 @@ async fn estate(names: usize, lifetime: Duration, minutes: u64) {
     }
     let mut replicas = Vec::new();
     for n in 1..=3 {
-        replicas.push(Replica::start(&api, ca, port, &names, n, SHORT).await);
+        replicas.push(start_replica(&api, ca, port, &names, n).await);
         if n == 1 {
             while !replicas[0].leading() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -247,7 +213,7 @@ async fn estate(names: usize, lifetime: Duration, minutes: u64) {
     while start.elapsed() < run {
         let now = SystemTime::now();
         if let Some(leader) = replicas.iter().find(|r| r.leading()) {
-            seen.observe(&leader.status(), now, lifetime);
+            seen.observe(&status_of(leader), now, lifetime);
         }
         for (i, replica) in replicas.iter().enumerate() {
             if !ready[i] {
@@ -259,20 +225,11 @@ async fn estate(names: usize, lifetime: Duration, minutes: u64) {
                 .iter()
                 .position(Replica::leading)
                 .expect("a leader");
-            let followers: Vec<u8> = replicas
-                .iter()
-                .filter(|r| !r.leading())
-                .map(|r| r.n)
-                .collect();
-            for (k, name) in names.iter().enumerate() {
-                let n = followers[k % followers.len()];
-                pebble.add_a(name, Ipv4Addr::new(127, 0, 0, n)).await;
-            }
+            point_at_followers(&pebble, &replicas, &names).await;
             let old = replicas.remove(i);
-            old.endpoint.partition(Link::Reset);
             let n = old.n;
-            drop(old);
-            replicas.insert(i, Replica::start(&api, ca, port, &names, n, SHORT).await);
+            old.kill();
+            replicas.insert(i, start_replica(&api, ca, port, &names, n).await);
             ready[i] = false;
             killed += 1;
             println!(
@@ -318,7 +275,7 @@ async fn estate(names: usize, lifetime: Duration, minutes: u64) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let status = leader.status();
+        let status = status_of(leader);
         seen.observe(&status, SystemTime::now(), lifetime);
         if status
             .names

@@ -33,9 +33,7 @@ struct Replica {
 
 async fn replica(api: &KubeApi, id: &str, timing: Timing) -> Replica {
     let endpoint = api.endpoint().await;
-    let mut config = kube::Config::new(endpoint.url().parse().expect("URL"));
-    config.default_namespace = "default".into();
-    let client = kube::Client::try_from(config).expect("client");
+    let client = benches::emulator_client(&endpoint.url());
     let generator = SelfSigned::builder()
         .dns_name("localhost")
         .ca()
