@@ -272,7 +272,7 @@ impl LeaseLock {
         // Not leading from here on: whatever follows this replica writes nothing.
         tx.send_modify(|l| {
             l.leading = false;
-            crate::metrics::leadership(&self.name, l);
+            crate::metrics::leadership(&self.name, l.leading, l.round);
         });
         if self.release_on_cancel
             && let Some(mine) = election.written.take()
@@ -348,7 +348,7 @@ impl LeaseLock {
                 if now.leading != l.leading {
                     tracing::info!(lease = %self.name, identity = %self.identity, round = now.round, leading = now.leading, "leadership changed");
                 }
-                crate::metrics::leadership(&self.name, &now);
+                crate::metrics::leadership(&self.name, now.leading, now.round);
                 *l = now;
                 true
             }

@@ -17,7 +17,7 @@ use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
 use tokio::sync::watch;
 
 use crate::CertResolver;
-use crate::engine::TrustSet;
+use crate::engine::{TrustItem, TrustSet};
 
 /// How many resumable sessions the server keeps (rustls's own default for its cache).
 const SESSIONS: usize = 256;
@@ -53,9 +53,6 @@ pub struct ClientAuth {
     /// `None`: the served bundle's CA certificates; else a source of its own.
     source: Option<BoxStream<'static, TrustItem>>,
 }
-
-/// What a trust source yields: the CA certificates to trust now, or why it cannot say.
-pub type TrustItem = Result<Vec<CertificateDer<'static>>, tls_source::Error>;
 
 impl fmt::Debug for ClientAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

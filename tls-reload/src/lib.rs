@@ -161,7 +161,8 @@ pub use accept::{
 pub use client::{BoxError, ClientStatus, ClientTls, ClientTlsBuilder, Rebuilt};
 #[cfg(feature = "hyper")]
 pub use client::{Connector, Fresh};
-pub use client_auth::{ClientAuth, TrustItem};
+pub use client_auth::ClientAuth;
+pub use engine::TrustItem;
 pub use error::{Error, NotReady};
 pub use policy::{
     DEFAULT_EXPIRY_WARNING, DEFAULT_MAX_CHAIN_BYTES, DEFAULT_MAX_CHAIN_LEN, Policy, Purpose, Roots,

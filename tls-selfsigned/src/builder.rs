@@ -1,63 +1,36 @@
 //! The generator's configuration: [`Builder`], and everything `build` checks.
 
-use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::ca::Ca;
-use crate::{Clock, Error, KeyAlgorithm, Renewal, SelfSigned};
+use crate::config::{
+    CaConfig, CaSource, Config, DEFAULT_VALIDITY, MIN_RENEWAL_WINDOW, MIN_VALIDITY, Redacted,
+    default_ca,
+};
+use crate::{Clock, Error, KeyAlgorithm, Renewal, SelfSigned, SystemClock};
 
-/// The default lifetime of a leaf certificate: 90 days.
-pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(90 * 24 * 3600);
-
-/// The default lifetime of a generated CA: 10 years.
-pub const DEFAULT_CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// The shortest leaf validity accepted: certificate times have one-second precision, so a
-/// shorter leaf can be due for renewal (or expired) the moment it is made.
-pub const MIN_VALIDITY: Duration = Duration::from_secs(3);
-
-/// The shortest renewal window accepted: a leaf is replaced at least this long before it
-/// expires, time for every server to install its successor.
-pub const MIN_RENEWAL_WINDOW: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Clone)]
-pub(crate) enum CaSource {
-    Generate,
-    Pem { cert_pem: String, key_pem: Redacted },
-}
-
-/// A key's PEM that `Debug` does not show.
-#[derive(Clone)]
-pub(crate) struct Redacted(pub(crate) String);
-
-impl fmt::Debug for Redacted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
+impl SelfSigned {
+    /// Starts configuring a generator: no names, 90 days, P-256, renewal at a third.
+    pub fn builder() -> Builder {
+        Builder {
+            config: Config {
+                dns_names: Vec::new(),
+                ip_addresses: Vec::new(),
+                validity: DEFAULT_VALIDITY,
+                renewal: Renewal::default(),
+                algorithm: KeyAlgorithm::default(),
+                organization: None,
+                common_name: None,
+                ca: None,
+                persist: None,
+                replace_corrupt_ca: false,
+            },
+            clock: Arc::new(SystemClock),
+        }
     }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct CaConfig {
-    pub(crate) source: CaSource,
-    pub(crate) validity: Duration,
-    pub(crate) in_chain: bool,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) dns_names: Vec<String>,
-    pub(crate) ip_addresses: Vec<IpAddr>,
-    pub(crate) validity: Duration,
-    pub(crate) renewal: Renewal,
-    pub(crate) algorithm: KeyAlgorithm,
-    pub(crate) organization: Option<String>,
-    pub(crate) common_name: Option<String>,
-    pub(crate) ca: Option<CaConfig>,
-    pub(crate) persist: Option<PathBuf>,
-    pub(crate) replace_corrupt_ca: bool,
 }
 
 /// Configures a [`SelfSigned`] generator.
@@ -253,13 +226,5 @@ impl Builder {
             clock: self.clock,
             ca: Arc::new(Mutex::new(ca)),
         })
-    }
-}
-
-pub(crate) fn default_ca() -> CaConfig {
-    CaConfig {
-        source: CaSource::Generate,
-        validity: DEFAULT_CA_VALIDITY,
-        in_chain: false,
     }
 }

@@ -1,24 +1,18 @@
-//! The generator: [`SelfSigned`] and leaf generation (its configuration is `builder.rs`'s, its
-//! CA `ca.rs`'s).
+//! The generator: [`SelfSigned`] and leaf generation (its configuration is `config.rs`'s, made by
+//! `builder.rs`; its CA `ca.rs`'s; the CA-mode methods `rotation.rs`'s).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyPair,
-    KeyUsagePurpose, SanType,
-};
+use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose, SanType};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tls_source::{CertBundle, Origin};
 
-use crate::builder::{Config, DEFAULT_VALIDITY};
 use crate::ca::Ca;
-use crate::{Builder, Clock, Error, KeyAlgorithm, Renewal, SystemClock, fit, persist};
-
-/// How far back `not_before` is set at most, so that clients whose clock is a little behind accept
-/// a certificate made this second (a tenth of the validity for very short lifetimes).
-pub(crate) const MAX_BACKDATE: Duration = Duration::from_secs(60);
+use crate::config::{Config, MAX_BACKDATE};
+use crate::dn::distinguished_name;
+use crate::{Clock, Error, fit, persist};
 
 /// Generates self-signed (or CA-signed) certificates; made by [`SelfSigned::builder`].
 ///
@@ -41,25 +35,6 @@ pub(crate) struct Generated {
 }
 
 impl SelfSigned {
-    /// Starts configuring a generator: no names, 90 days, P-256, renewal at a third.
-    pub fn builder() -> Builder {
-        Builder {
-            config: Config {
-                dns_names: Vec::new(),
-                ip_addresses: Vec::new(),
-                validity: DEFAULT_VALIDITY,
-                renewal: Renewal::default(),
-                algorithm: KeyAlgorithm::default(),
-                organization: None,
-                common_name: None,
-                ca: None,
-                persist: None,
-                replace_corrupt_ca: false,
-            },
-            clock: Arc::new(SystemClock),
-        }
-    }
-
     /// The clock "now" comes from, for generation and every fit check (the builder's
     /// [`clock`](Builder::clock)).
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -202,18 +177,6 @@ impl SelfSigned {
     }
 }
 
-pub(crate) fn distinguished_name(
-    common_name: &str,
-    organization: Option<&str>,
-) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
-    if let Some(organization) = organization {
-        dn.push(DnType::OrganizationName, organization);
-    }
-    dn
-}
-
 /// A generated certificate and its private key as PEM. `Debug` does not show the key.
 #[derive(Clone)]
 pub struct PemPair {
@@ -240,6 +203,7 @@ mod tests {
     use x509_parser::prelude::{FromDer as _, X509Certificate};
 
     use super::*;
+    use crate::{KeyAlgorithm, Renewal};
 
     #[test]
     fn every_available_algorithm_generates_a_usable_pair() {

@@ -38,21 +38,24 @@
 
 mod builder;
 mod ca;
+mod config;
+mod dn;
 mod error;
 mod fit;
 mod generator;
 mod key;
 mod persist;
+mod rotation;
 mod source;
 
-pub use builder::{
-    Builder, DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, MIN_RENEWAL_WINDOW, MIN_VALIDITY,
-};
-pub use ca::{CaPem, CaRotation};
+pub use builder::Builder;
+pub use ca::CaPem;
+pub use config::{DEFAULT_CA_VALIDITY, DEFAULT_VALIDITY, MIN_RENEWAL_WINDOW, MIN_VALIDITY};
 pub use error::Error;
 pub use fit::{Part, Unfit};
 pub use generator::{PemPair, SelfSigned};
 pub use key::{KeyAlgorithm, Renewal};
+pub use rotation::CaRotation;
 pub use source::{MAX_NAP, MIN_RENEWAL_GAP, SelfSignedSource};
 /// The workspace's clock (from `tls-source`): renewal asks it for "now".
 pub use tls_source::clock::{Clock, SystemClock};

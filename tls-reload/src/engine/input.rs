@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tls_source::{CertBundle, Keyed, KeyedUpdate};
 
 use super::RouteId;
-use crate::client_auth::TrustItem;
+use super::trust::TrustItem;
 
 /// One item from one source, tagged with where it goes.
 #[derive(Debug)]

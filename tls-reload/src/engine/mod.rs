@@ -29,9 +29,8 @@ pub(crate) use events::Event;
 pub(crate) use input::{Input, Place};
 pub(crate) use publish::Publish;
 pub(crate) use routes::Kind;
+pub use trust::TrustItem;
 pub(crate) use trust::TrustSet;
-
-use crate::client_auth::TrustItem;
 
 use crate::tls::{RouteName, Slot, Table, TableEdit};
 use crate::{Error, Validated, Validator};

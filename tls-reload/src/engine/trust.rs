@@ -8,6 +8,9 @@ use rustls::pki_types::CertificateDer;
 
 use crate::status::TrustedCa;
 
+/// What a trust source yields: the CA certificates to trust now, or why it cannot say.
+pub type TrustItem = Result<Vec<CertificateDer<'static>>, tls_source::Error>;
+
 /// A CA the server trusts, and, once it left the bundle, until when.
 #[derive(Debug, Clone)]
 struct Ca {

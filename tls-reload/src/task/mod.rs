@@ -20,8 +20,8 @@ use tls_source::{BoxCertSource, BoxKeyedCertSource, CertSourceExt as _, panic_me
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::client_auth::{TrustConfig, TrustItem};
-use crate::engine::{Due, Effect, Engine, Input, Kind, Place, Publish, TrustSet};
+use crate::client_auth::TrustConfig;
+use crate::engine::{Due, Effect, Engine, Input, Kind, Place, Publish, TrustItem, TrustSet};
 use crate::status::Ended;
 use crate::tls::{CertResolver, RouteName, Slot, Table, TableEdit};
 use crate::{Status, Validated, Validator};

@@ -40,7 +40,7 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token, Waker};
 
-use super::watch::{OnEvent, beside, on_event};
+use super::event::{OnEvent, beside, on_event};
 
 const EVENTS: Token = Token(0);
 const WAKE: Token = Token(1);

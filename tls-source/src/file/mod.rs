@@ -19,6 +19,7 @@ use rustls_pki_types::CertificateDer;
 use crate::inline::Inline;
 use crate::{CertBundle, Decoder, Error, Trigger};
 
+mod event;
 #[cfg(target_os = "linux")]
 mod inotify;
 mod read;

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Config;
+use super::event::OnEvent;
 use super::reader::{Decoded, FileReader};
 use super::watch::{self, Lookups, STARVED_RETRY, Targets, Watching};
 use crate::Error;
@@ -198,7 +199,7 @@ impl Reads {
     }
 }
 
-impl watch::OnEvent for Reads {
+impl OnEvent for Reads {
     fn relevant(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
         self.relevant.lock().unwrap_or_else(PoisonError::into_inner)
     }

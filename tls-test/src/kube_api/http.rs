@@ -6,12 +6,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use super::respond::{not_found, ok, status};
 use super::store::*;
 use super::watches::*;
 
@@ -107,33 +108,6 @@ pub(super) fn decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-pub(super) fn status(code: StatusCode, reason: &str, message: &str) -> Response {
-    let body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    });
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-pub(super) fn ok(code: StatusCode, body: &Value) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
 }
 
 pub(super) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
@@ -306,14 +280,6 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             "not supported by the emulator",
         ),
     }
-}
-
-pub(super) fn not_found(resource: &str, name: &str) -> Response {
-    status(
-        StatusCode::NOT_FOUND,
-        "NotFound",
-        &format!("{resource} \"{name}\" not found"),
-    )
 }
 
 /// JSON merge patch (RFC 7386).

@@ -24,6 +24,7 @@
 
 mod endpoint;
 mod http;
+mod respond;
 mod selectors;
 mod store;
 mod watches;

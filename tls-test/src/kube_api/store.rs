@@ -13,7 +13,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
-use super::http::*;
+use super::respond::{not_found, status};
 
 /// The resources served: path segment, kind, apiVersion, and the list path prefix.
 pub(super) const RESOURCES: [(&str, &str, &str, &str); 2] = [

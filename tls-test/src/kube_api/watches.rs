@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::http::*;
+use super::respond::{ok, status};
 use super::selectors::*;
 use super::store::*;
 
