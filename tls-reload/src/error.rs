@@ -20,7 +20,7 @@ use tls_source::clock::Rfc3339;
 #[non_exhaustive]
 pub enum Error {
     /// No crypto provider was given and none is installed as the process default.
-    #[error("no rustls crypto provider: {}", crate::tls::PROVIDER_FEATURES)]
+    #[error("no rustls crypto provider: {}", PROVIDER_FEATURES)]
     NoCryptoProvider,
 
     /// With [`ClientAuth`](crate::ClientAuth): the `ServerConfig` for client authentication
@@ -406,3 +406,10 @@ mod tests {
         assert!(!message.contains("r6"), "{message}");
     }
 }
+
+/// What [`Error::NoCryptoProvider`]'s message says to write
+/// (only a build with neither feature can return it).
+pub(crate) const PROVIDER_FEATURES: &str = "enable one of tls-reload's features: tls-reload = { \
+     version = \"0.1\", features = [\"aws-lc-rs\"] } (or [\"ring\"]); or pass one to \
+     Builder::crypto_provider; or install a process default with CryptoProvider::install_default \
+     before building the reloader";

@@ -38,12 +38,14 @@
 
 mod builder;
 mod ca;
+mod check;
 mod config;
 mod dn;
 mod error;
 mod fit;
 mod generator;
 mod key;
+mod keygen;
 mod persist;
 mod rotation;
 mod source;

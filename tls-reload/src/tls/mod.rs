@@ -217,13 +217,6 @@ pub fn default_crypto_provider() -> Option<Arc<CryptoProvider>> {
     CryptoProvider::get_default().map(Arc::clone)
 }
 
-/// What [`Error::NoCryptoProvider`](crate::Error::NoCryptoProvider)'s message says to write
-/// (only a build with neither feature can return it).
-pub(crate) const PROVIDER_FEATURES: &str = "enable one of tls-reload's features: tls-reload = { \
-     version = \"0.1\", features = [\"aws-lc-rs\"] } (or [\"ring\"]); or pass one to \
-     Builder::crypto_provider; or install a process default with CryptoProvider::install_default \
-     before building the reloader";
-
 /// The handshake-signature checks every verifier of ours does the same way: with the
 /// provider's algorithms (only the certificate decision differs).
 #[derive(Debug, Clone, Copy)]
