@@ -1,100 +1,5 @@
-//! An HTTPS server whose certificate rotates without a restart.
-//!
-//! ```text
-//! cargo run --example serve -- [--listen ADDR] [--cert PATH --key PATH [--ca PATH]]
-//!                              [--cert-dir DIR] [--poll DURATION] [--no-notify]
-//!                              [--name NAME]... [--self-signed-validity DURATION]
-//!                              [--self-signed-dir DIR] [--self-signed-ca]
-//!                              [--k8s-secret NAMESPACE/NAME]
-//!                              [--k8s-shared NAMESPACE/NAME [--lease NAME] [--identity ID]]
-//!                              [--seal-key PATH]... [--seal-adopt-unsealed] [--seal-served-key]
-//!                              [--sni NAME=DIR]... [--sni-strict]
-//!                              [--k8s-secrets NAMESPACE [--selector SELECTOR]]
-//!                              [--ready-before-lists]
-//!                              [--ready-timeout DURATION] [--fail-fast]
-//!                              [--handshake-timeout DURATION] [--recycle-after DURATION]
-//!                              [--client-ca PATH [--ca-overlap DURATION]]
-//!                              [--metrics ADDR]
-//!                              [--acme-directory URL --acme-domain NAME... --acme-state DIR
-//!                               [--acme-email ADDR] [--acme-directory-ca PATH]
-//!                               [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
-//!                               [--acme-eab-kid ID --acme-eab-key B64URL]
-//!                               [--acme-weekly-limit N]]
-//! ```
-//!
-//! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
-//!   `::1` and each `--name`, renewed when a third of its validity (default 90 days) remains:
-//!   nothing to set up. `--self-signed-dir` keeps it across restarts; `--self-signed-ca` signs
-//!   the leaves with a stable CA (shown in the status) that clients can trust.
-//! - `--cert-dir DIR` reads the `kubernetes.io/tls` layout: `DIR/tls.crt`, `DIR/tls.key`, and
-//!   `DIR/ca.crt` when present. Try it with `cargo run --example rotate -- DIR`.
-//! - `--k8s-secret NAMESPACE/NAME` watches a `kubernetes.io/tls` Secret through the API (the
-//!   ambient kubeconfig, or the in-cluster config): new data is served milliseconds after it is
-//!   written.
-//! - `--k8s-shared NAMESPACE/NAME` runs the replicas of a fleet on one self-signed certificate:
-//!   every replica serves the Secret `NAME`; the holder of the Lease `--lease` (default
-//!   `NAME-writer`) creates and renews it, reusing it while it fits, through fenced writes. The
-//!   self-signed flags (`--name`, `--self-signed-validity`, `--self-signed-ca`) apply to what
-//!   the leader generates; with `--self-signed-ca` the CA's key is kept in the Secret
-//!   `NAME-ca`. `--identity` names this replica (default: `POD_NAME`, then the host name). The
-//!   status JSON gains `leader`: `{"holder": …, "round": …, "leading": true|false}`.
-//! - `--seal-key PATH` (repeatable; with `--k8s-shared`) seals the fleet's own state, the CA
-//!   Secret, with the key in `PATH` (32 random bytes in base64: `openssl rand -base64 32`;
-//!   re-read when it changes): the first key seals, all open. A replica that cannot open what
-//!   is stored serves, writes nothing and does not lead. Unsealed state is refused unless
-//!   `--seal-adopt-unsealed` (once, to migrate); `--seal-served-key` seals the served Secret's
-//!   `tls.key` too (with `--k8s-secret`, `--seal-key` opens one). The status JSON gains
-//!   `seal`: `{"key_ids": […], "state": "open"|"refused"|"unknown", "reason": …}`. With
-//!   `--acme-directory` and `--k8s-shared`, `--seal-key` seals the ACME account and the keys of
-//!   orders in flight (a replica that cannot open them says so in `acme.account_error`);
-//!   `--seal-served-key` is refused there (the certificates' Secrets are served by a
-//!   label-selector watch that reads plain `tls.key`s).
-//! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
-//!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
-//!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
-//! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
-//!   matching the label selector, each for the DNS names in its certificate, through one watch.
-//!   Connections are refused until the whole list is in (so no listed name is served the
-//!   default, or refused under `--sni-strict`, after a restart); `--ready-before-lists` listens
-//!   once the default certificate is in and serves it while the list loads.
-//! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
-//!   (one each; no wildcards, which need DNS-01), served as its SNI route beside the default:
-//!   TLS-ALPN-01 is answered on `--listen` (the CA's validation gets through before anything
-//!   is stored), HTTP-01 with `--acme-challenge http-01` on `--acme-http-listen`. The account,
-//!   the certificates and the orders in flight are kept in `--acme-state DIR`, so a restart
-//!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
-//!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
-//!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
-//!   "failed", "not_after": …, "renew_after": …, "renew_reason": "lifetime"|"ari", "ari_next":
-//!   …, "retry_at": …, "last_error": …}}}`, with `account_error` and `account_replaced` when
-//!   there is something to say. `--acme-weekly-limit N` caps first orders per registered
-//!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
-//!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
-//!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
-//! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
-//! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
-//!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
-//!   (default `0s`), and no session from before can be resumed after. The status JSON then has
-//!   `client_ca_fingerprints_sha256`, `client_fingerprint_sha256` (the certificate presented
-//!   on the request's connection) and `client_ca_error` (why the CA file was last refused).
-//! - `--recycle-after DURATION`: once a newer certificate is installed, connections at least that
-//!   old are closed gracefully (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), so keep-alive
-//!   clients pick it up; off by default.
-//! - `--metrics ADDR` serves Prometheus metrics (plain HTTP) at `http://ADDR/metrics`: the
-//!   served certificate's expiry per source and route, installs, rejections by reason, source
-//!   errors, the last success, readiness, and with `--k8s-shared` the Lease and the fenced
-//!   writes (the names are in the `tls-reload` and `tls-k8s` crate docs).
-//! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
-//!   finish (up to 10 s), and exit 0; a second SIGINT / SIGTERM exits at once (status 130).
-//! - The port is reserved at start (a busy port fails at once) but connections are refused
-//!   until the first certificate is installed; then the server listens. No certificate within
-//!   `--ready-timeout` (default 30 s), or with `--fail-fast` the first failed read, ends it with
-//!   the error and status 1.
-//!
-//! Prints one line, `listening on https://HOST:PORT`, to stdout once the first certificate is
-//! installed and the socket listens; logs go to stderr (`RUST_LOG` sets the filter; by default
-//! `info`, with third-party HTTP and API clients and the notify crate at `error`), in colour on a
-//! terminal only (never with `NO_COLOR` set).
+//! The server: the source the flags choose, the reloader, the accept stream, the signals, the
+//! graceful stop.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -104,20 +9,17 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use axum::Router;
 use axum::routing::get;
-use tls_k8s::seal::{KeyRing, Seal};
-use tls_reload::Reloader;
-use tls_selfsigned::SelfSigned;
-use tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
+use tls_rotation::Reloader;
+use tls_rotation::k8s::seal::{KeyRing, Seal};
+use tls_rotation::selfsigned::SelfSigned;
+use tls_rotation::tls_source::{BoxCertSource, CertSourceExt as _, FileSource, Trigger};
 use tokio::net::TcpSocket;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-mod cli;
-mod status;
-
-use cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs};
-use status::{AppState, Sealing, status_json};
+use crate::cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs};
+use crate::status::{AppState, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party crates only at error
 /// (kube's client logs a response body it cannot parse at warn; notify logs at info and warn
@@ -132,11 +34,14 @@ const GRACE: Duration = Duration::from_secs(10);
 /// The exit status after a second SIGINT / SIGTERM (as a shell reports an interrupt).
 const INTERRUPTED: u8 = 130;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    examples::log_to_stderr(DEFAULT_LOG_FILTER);
+pub(crate) fn main() -> ExitCode {
+    crate::log_to_stderr(DEFAULT_LOG_FILTER);
     let args = Args::from_env();
-    match run(args).await {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime");
+    match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -148,7 +53,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> anyhow::Result<()> {
     // The application picks the crypto provider; the libraries only use it (kube's client takes
     // the process default).
-    let _ = Arc::unwrap_or_clone(cli::crypto_provider()).install_default();
+    let _ = Arc::unwrap_or_clone(crate::cli::crypto_provider()).install_default();
     let shutdown = CancellationToken::new();
     if let Some(addr) = args.metrics {
         // Before any source runs, so that nothing recorded is lost.
@@ -170,11 +75,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .ready_before_lists(args.sni.ready_before_lists);
     if let Some((path, overlap)) = &args.client_ca {
         // The client CAs: a file of their own, followed like the certificate files.
-        let cas = tls_source::CaFileSource::builder(path)
+        let cas = tls_rotation::tls_source::CaFileSource::builder(path)
             .poll_interval(args.poll)
             .notify(args.notify)
             .build();
-        builder = builder.client_auth(tls_reload::ClientAuth::from_source(cas).overlap(*overlap));
+        builder = builder.client_auth(tls_rotation::ClientAuth::from_source(cas).overlap(*overlap));
     }
     for (name, dir) in &args.sni.routes {
         let files = FileSource::kubernetes_dir(dir)
@@ -184,7 +89,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         builder = builder.route(name, files);
     }
     if let Some((namespace, selector)) = &args.sni.secrets {
-        let source = tls_k8s::SecretsSource::builder(kube_client().await?, namespace)
+        let source = tls_rotation::k8s::SecretsSource::builder(kube_client().await?, namespace)
             .selector(selector)
             .build();
         builder = builder.routes(source);
@@ -196,7 +101,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     // ACME for a fleet: its Lease is the status's `leader`, released on the way out.
-    let (leader, released) = match acme.as_deref().and_then(tls_acme::Acme::leadership) {
+    let (leader, released) = match acme
+        .as_deref()
+        .and_then(tls_rotation::acme::Acme::leadership)
+    {
         Some(acme_leader) => (
             Some(acme_leader),
             acme.as_deref()
@@ -226,7 +134,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let listener = socket.listen(1024)?;
     let addr = listener.local_addr()?;
-    let mut incoming = tls_reload::Incoming::builder(&reloader)
+    let mut incoming = tls_rotation::Incoming::builder(&reloader)
         .handshake_timeout(args.handshake_timeout)
         .cancellation_token(shutdown.clone());
     if let Some(age) = args.recycle_after {
@@ -239,7 +147,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             status: reloader.status(),
             leader,
             sealing,
-            acme: acme.as_deref().map(tls_acme::Acme::status),
+            acme: acme.as_deref().map(tls_rotation::acme::Acme::status),
         });
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
@@ -290,7 +198,7 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
         return Ok(reloader.ready_timeout(timeout).await?);
     }
     match reloader.ready_or_first_error(timeout).await {
-        Err(tls_reload::NotReady::Failed { error }) => bail!("--fail-fast: {error}"),
+        Err(tls_rotation::NotReady::Failed { error }) => bail!("--fail-fast: {error}"),
         other => Ok(other?),
     }
 }
@@ -302,7 +210,7 @@ type Chosen = (BoxCertSource, Option<Trigger>, Option<Fleet>);
 /// With `--k8s-shared`: the leadership, the end of the writer (its Lease released), and the
 /// seal with whether this replica can open the stored state.
 struct Fleet {
-    leader: watch::Receiver<tls_k8s::Leadership>,
+    leader: watch::Receiver<tls_rotation::k8s::Leadership>,
     released: futures::future::BoxFuture<'static, ()>,
     seal: Sealing,
 }
@@ -324,7 +232,7 @@ fn seal(args: &SealArgs) -> anyhow::Result<Option<Arc<dyn Seal>>> {
 }
 
 async fn source(args: &Args) -> anyhow::Result<Chosen> {
-    let files = |builder: tls_source::FileSourceBuilder| {
+    let files = |builder: tls_rotation::tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
         Ok((source.boxed_source(), Some(trigger), None))
@@ -341,7 +249,7 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             identity,
             options,
         } => {
-            let mut shared = tls_k8s::SharedSelfSigned::new(
+            let mut shared = tls_rotation::k8s::SharedSelfSigned::new(
                 kube_client().await?,
                 namespace,
                 name,
@@ -379,7 +287,8 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
         }
         Certs::Dir(dir) => files(FileSource::kubernetes_dir(dir)),
         Certs::Secret { namespace, name } => {
-            let mut source = tls_k8s::SecretSource::builder(kube_client().await?, namespace, name);
+            let mut source =
+                tls_rotation::k8s::SecretSource::builder(kube_client().await?, namespace, name);
             if let Some(ring) = seal(&args.seal)? {
                 source = source.seal(ring);
             }
@@ -394,13 +303,13 @@ async fn acme(
     options: &AcmeArgs,
     listen: SocketAddr,
     seal: Option<Arc<dyn Seal>>,
-) -> anyhow::Result<tls_acme::Acme> {
+) -> anyhow::Result<tls_rotation::acme::Acme> {
     // Where the challenge is answered: a failure under one place is tried at once under another.
     let answered_at = match (options.challenge, options.http_listen) {
-        (tls_acme::ChallengeType::Http01, Some(http)) => http,
+        (tls_rotation::acme::ChallengeType::Http01, Some(http)) => http,
         _ => listen,
     };
-    let mut builder = tls_acme::Acme::builder(&options.directory)
+    let mut builder = tls_rotation::acme::Acme::builder(&options.directory)
         .challenge(options.challenge)
         .answered_at(answered_at.to_string())
         .new_certificates_per_week(options.weekly_limit);
@@ -439,7 +348,7 @@ async fn acme(
 
 /// The HTTP-01 responder on `addr` (plain HTTP), until `shutdown`.
 async fn spawn_http01(
-    acme: &tls_acme::Acme,
+    acme: &tls_rotation::acme::Acme,
     addr: SocketAddr,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -467,9 +376,10 @@ fn generator(options: &SelfSignedArgs) -> anyhow::Result<SelfSigned> {
             names.push(name);
         }
     }
-    let mut builder = names
-        .into_iter()
-        .fold(SelfSigned::builder(), tls_selfsigned::Builder::name);
+    let mut builder = names.into_iter().fold(
+        SelfSigned::builder(),
+        tls_rotation::selfsigned::Builder::name,
+    );
     if let Some(validity) = options.validity {
         builder = builder.validity(validity);
     }
@@ -482,8 +392,8 @@ fn generator(options: &SelfSignedArgs) -> anyhow::Result<SelfSigned> {
     Ok(builder.build()?)
 }
 
-async fn kube_client() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default()
+async fn kube_client() -> anyhow::Result<tls_rotation::k8s::kube::Client> {
+    tls_rotation::k8s::kube::Client::try_default()
         .await
         .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")
 }
@@ -493,7 +403,7 @@ async fn kube_client() -> anyhow::Result<kube::Client> {
 fn spawn_signal_handler(
     shutdown: CancellationToken,
     trigger: Option<Trigger>,
-    acme: Option<Arc<tls_acme::Acme>>,
+    acme: Option<Arc<tls_rotation::acme::Acme>>,
 ) -> anyhow::Result<()> {
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -540,8 +450,8 @@ fn spawn_signal_handler(
 /// [`GRACE`] for open ones: tls-reload's `serve_http`, which closes each connection gracefully
 /// on shutdown, when the accept stream says to recycle it, or when its client's CA is no
 /// longer trusted.
-async fn serve(incoming: tls_reload::Incoming<tokio::net::TcpStream>, app: Router) {
-    tls_reload::http::HttpServer::new()
+async fn serve(incoming: tls_rotation::Incoming<tokio::net::TcpStream>, app: Router) {
+    tls_rotation::http::HttpServer::new()
         .drain(GRACE)
         .serve(incoming, app)
         .await;

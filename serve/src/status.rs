@@ -6,19 +6,19 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use tls_k8s::StateAccess;
-use tls_k8s::seal::Seal;
-use tls_reload::Status;
+use tls_rotation::Status;
+use tls_rotation::k8s::StateAccess;
+use tls_rotation::k8s::seal::Seal;
 use tokio::sync::watch;
 
 /// What the status page reads: the reloader's status, and with `--k8s-shared` the leadership.
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) status: watch::Receiver<Status>,
-    pub(crate) leader: Option<watch::Receiver<tls_k8s::Leadership>>,
+    pub(crate) leader: Option<watch::Receiver<tls_rotation::k8s::Leadership>>,
     pub(crate) sealing: Option<Sealing>,
     /// With `--acme-directory`: each name's state.
-    pub(crate) acme: Option<watch::Receiver<tls_acme::AcmeStatus>>,
+    pub(crate) acme: Option<watch::Receiver<tls_rotation::acme::AcmeStatus>>,
 }
 
 /// With `--k8s-shared`: the `--seal-key` ring (none: state stored unsealed), and whether this
@@ -31,14 +31,14 @@ pub(crate) struct Sealing {
 
 pub(crate) async fn status_json(
     State(state): State<AppState>,
-    axum::Extension(tls): axum::Extension<tls_reload::TlsInfo>,
+    axum::Extension(tls): axum::Extension<tls_rotation::TlsInfo>,
 ) -> Json<serde_json::Value> {
     // The SHA-256 of the client certificate presented on this request's connection (mTLS).
     let client = tls
         .peer_certificates
         .as_deref()
         .and_then(|chain| chain.first())
-        .map(|leaf| tls_source::Digest::of(leaf).to_string());
+        .map(|leaf| tls_rotation::tls_source::Digest::of(leaf).to_string());
     let status = state.status.borrow().clone();
     let mut json = serde_json::to_value(&status).unwrap_or_default();
     if client.is_some() || !status.client_cas.is_empty() {

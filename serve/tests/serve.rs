@@ -1,8 +1,10 @@
-//! The `serve` example as a user runs it: a real process, real files swapped the kubelet's way,
-//! real HTTPS requests, real signals.
+//! `serve` as a user runs it: a real process, real files swapped the kubelet's way, real HTTPS
+//! requests, real signals.
 //!
-//! `cargo test --workspace` builds the examples before it runs this; the binary is found beside
-//! the test binary (`target/<profile>/examples/serve`).
+//! The binary is this package's (cargo builds it before these tests), or the one `SERVE_BIN`
+//! names: `cargo install --path serve --features __test-hooks --root DIR` and
+//! `SERVE_BIN=DIR/bin/serve cargo test -p tls-rotation-serve --test serve` test an installed
+//! one (the hooks are for the test of a contained panic).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,126 +12,24 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine as _;
-use tls_test::{KubeDir, PATIENCE, TestCa, TestCert};
+use tls_test::{KubeDir, PATIENCE, Serve, TestCa, TestCert};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let path = profile_dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test --workspace` (or `cargo build --examples`) first",
-        path.display()
-    );
-    path
+/// The `serve` under test: `SERVE_BIN` when set (an installed one, say), else this package's.
+fn serve_bin() -> PathBuf {
+    std::env::var_os("SERVE_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_serve")), PathBuf::from)
 }
 
-struct Serve {
-    child: Child,
-    addr: SocketAddr,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+/// Starts serve with `args`; see [`Serve::start`].
+async fn start(args: &[&str]) -> Serve {
+    Serve::start(&serve_bin(), args).await
 }
 
-impl Serve {
-    async fn start(args: &[&str]) -> Self {
-        Self::start_with_env(args, &[]).await
-    }
-
-    async fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
-        let listen: &[&str] = if args.contains(&"--listen") {
-            &[]
-        } else {
-            &["--listen", "127.0.0.1:0"]
-        };
-        let mut child = Command::new(example("serve"))
-            .args(listen)
-            .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("serve announces itself in time")
-            .unwrap()
-            .expect("a line on stdout");
-        let addr = line
-            .strip_prefix("listening on https://")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        Self { child, addr, lines }
-    }
-
-    /// `GET /`: the JSON status and the fingerprint of the certificate the connection was served.
-    async fn get(&self) -> (serde_json::Value, String) {
-        let (code, body, served) = tls_test::https_get(self.addr, "localhost", "/")
-            .await
-            .expect("GET /");
-        assert_eq!(code, 200, "{body}");
-        let json = serde_json::from_str(&body).expect("JSON status");
-        (json, served.fingerprint)
-    }
-
-    /// The status while nothing rotates: it describes the certificate served.
-    async fn status(&self) -> serde_json::Value {
-        let (json, served) = self.get().await;
-        assert_eq!(
-            json["fingerprint_sha256"], served,
-            "status describes what is served"
-        );
-        json
-    }
-
-    /// Polls `GET /` until `pred` holds.
-    async fn wait_status(
-        &self,
-        what: &str,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            // A rotation may land between the handshake and the request: wait until both agree.
-            let (status, served) = self.get().await;
-            if pred(&status) && status["fingerprint_sha256"] == served {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}: {status}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().expect("running").to_string();
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {pid}");
-    }
-
-    /// Waits for the process to exit; checks that stdout had exactly the one line.
-    async fn exit_code(mut self) -> Option<i32> {
-        let code = tokio::time::timeout(PATIENCE, self.child.wait())
-            .await
-            .expect("exits in time")
-            .unwrap()
-            .code();
-        let extra = self.lines.next_line().await.unwrap();
-        assert_eq!(extra, None, "nothing but the listening line on stdout");
-        code
-    }
+/// Starts serve with `args` and `env`; see [`Serve::start_with_env`].
+async fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Serve {
+    Serve::start_with_env(&serve_bin(), args, env).await
 }
 
 /// An ordinary kubeconfig in `dir` pointing at the emulator.
@@ -160,7 +60,7 @@ fn write(kube: &KubeDir, cert: &TestCert) {
 
 #[tokio::test]
 async fn default_is_a_self_signed_certificate_for_localhost() {
-    let serve = Serve::start(&[]).await;
+    let serve = start(&[]).await;
     let status = serve.status().await;
     assert_eq!(status["origin"], "self-signed");
     assert_eq!(status["generation"], 1);
@@ -185,7 +85,7 @@ async fn default_is_a_self_signed_certificate_for_localhost() {
 #[tokio::test]
 async fn a_current_rustls_client_gets_the_post_quantum_hybrid_without_a_retry() {
     use rustls::{HandshakeKind, NamedGroup};
-    let serve = Serve::start(&[]).await;
+    let serve = start(&[]).await;
     let config = tls_test::client_config();
     let offered: Vec<_> = config
         .crypto_provider()
@@ -222,7 +122,7 @@ async fn follows_a_kubelet_style_directory_and_reports_bad_updates() {
         ("ca.crt", a.ca_pem.as_bytes()),
     ])
     .unwrap();
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--cert-dir",
         kube.path().to_str().unwrap(),
         "--poll",
@@ -267,117 +167,6 @@ async fn follows_a_kubelet_style_directory_and_reports_bad_updates() {
     assert_eq!(serve.exit_code().await, Some(0));
 }
 
-/// `rotate DIR ARGS…`, which must succeed.
-async fn rotate(dir: &std::path::Path, args: &[&str]) {
-    let output = Command::new(example("rotate"))
-        .arg(dir)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "rotate {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// `rotate --not-before/--not-after` writes an expired or a not-yet-valid certificate on purpose;
-/// `serve` refuses each with its dates, keeps serving, and takes the next good one.
-#[tokio::test]
-async fn rotate_writes_expired_and_not_yet_valid_certificates_that_serve_refuses() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    rotate(&certs, &[]).await;
-    let serve = Serve::start(&["--cert-dir", certs.to_str().unwrap()]).await;
-    let first = serve.status().await;
-
-    rotate(
-        &certs,
-        &[
-            "--not-before",
-            "2020-01-01T00:00:00Z",
-            "--not-after",
-            "2020-02-01T00:00:00Z",
-        ],
-    )
-    .await;
-    let status = serve
-        .wait_status("the expired one refused", |s| !s["last_error"].is_null())
-        .await;
-    let error = status["last_error"].as_str().unwrap();
-    assert!(error.contains("expired at 2020-02-01T00:00:00Z"), "{error}");
-    assert_eq!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
-
-    rotate(
-        &certs,
-        &[
-            "--not-before",
-            "2999-01-01T00:00:00Z",
-            "--not-after",
-            "2999-12-31T00:00:00Z",
-        ],
-    )
-    .await;
-    let status = serve
-        .wait_status("the future one refused", |s| {
-            s["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("2999-01-01T00:00:00Z"))
-        })
-        .await;
-    assert_eq!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
-
-    // A date the user mistyped, or dates the wrong way round: a usage error naming the flag.
-    for bad in [
-        &["--not-after", "yesterday"][..],
-        &[
-            "--not-before",
-            "2030-01-01T00:00:00Z",
-            "--not-after",
-            "2029-01-01T00:00:00Z",
-        ],
-    ] {
-        let output = Command::new(example("rotate"))
-            .arg(&certs)
-            .args(bad)
-            .output()
-            .await
-            .unwrap();
-        assert_eq!(output.status.code(), Some(2), "{bad:?}");
-        assert!(
-            String::from_utf8_lossy(&output.stderr).contains("--not-"),
-            "{bad:?}"
-        );
-    }
-
-    rotate(&certs, &[]).await;
-    let status = serve
-        .wait_status("recovery", |s| {
-            s["last_error"].is_null() && s["generation"] == 2
-        })
-        .await;
-    assert_ne!(status["fingerprint_sha256"], first["fingerprint_sha256"]);
-
-    // The widest dates a certificate can carry: from 1950 (UTCTime) to 9999 (RFC 5280's "no
-    // expiration"), written and served.
-    rotate(
-        &certs,
-        &[
-            "--not-before",
-            "1950-01-01T00:00:00Z",
-            "--not-after",
-            "9999-12-31T23:59:59Z",
-        ],
-    )
-    .await;
-    let status = serve
-        .wait_status("the widest dates", |s| s["generation"] == 3)
-        .await;
-    assert_eq!(status["not_after"], "9999-12-31T23:59:59Z");
-    assert_eq!(status["last_error"], serde_json::Value::Null);
-}
-
 #[tokio::test]
 async fn sighup_rereads_the_files() {
     let ca = TestCa::new("serve sighup");
@@ -395,7 +184,7 @@ async fn sighup_rereads_the_files() {
         "--poll",
         "1h",
     ];
-    let serve = Serve::start(&args).await;
+    let serve = start(&args).await;
     assert_eq!(serve.status().await["fingerprint_sha256"], a.fingerprint);
     std::fs::write(&cert, &b.chain_pem).unwrap();
     std::fs::write(&key, &b.key_pem).unwrap();
@@ -412,7 +201,7 @@ async fn sighup_rereads_the_files() {
 async fn bad_arguments_are_explained() {
     let out = tokio::time::timeout(
         PATIENCE,
-        Command::new(example("serve"))
+        Command::new(serve_bin())
             .args(["--cert", "only.crt"])
             .output(),
     )
@@ -442,7 +231,7 @@ async fn self_signed_options_names_ca_persistence_and_renewal() {
         "--self-signed-validity",
         "3s",
     ];
-    let serve = Serve::start(&args).await;
+    let serve = start(&args).await;
     let first = serve.status().await;
     assert_eq!(
         first["dns_names"],
@@ -467,7 +256,7 @@ async fn self_signed_options_names_ca_persistence_and_renewal() {
     assert_eq!(serve.exit_code().await, Some(0));
 
     // A restart reuses the persisted CA.
-    let again = Serve::start(&args).await;
+    let again = start(&args).await;
     assert_eq!(
         again.status().await["ca_fingerprints_sha256"][0],
         ca.as_str()
@@ -495,7 +284,7 @@ async fn follows_a_kubernetes_secret_through_the_api() {
     put(&a);
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(&api, dir.path());
-    let serve = Serve::start_with_env(
+    let serve = start_with_env(
         &["--k8s-secret", "default/web-tls"],
         &[("KUBECONFIG", kubeconfig.as_os_str())],
     )
@@ -527,7 +316,7 @@ async fn sni_routes_from_directories_with_a_default_and_a_strict_mode() {
     write(&wild_dir, &wild);
     let api_route = format!("api.example.com={}", api_dir.path().display());
     let wild_route = format!("*.example.com={}", wild_dir.path().display());
-    let serve = Serve::start(&["--sni", &api_route, "--sni", &wild_route]).await;
+    let serve = start(&["--sni", &api_route, "--sni", &wild_route]).await;
 
     assert_eq!(
         served_for(serve.addr, "api.example.com").await,
@@ -568,7 +357,7 @@ async fn sni_routes_from_directories_with_a_default_and_a_strict_mode() {
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
 
-    let strict = Serve::start(&["--sni", &api_route, "--sni-strict"]).await;
+    let strict = start(&["--sni", &api_route, "--sni-strict"]).await;
     assert_eq!(
         served_for(strict.addr, "api.example.com").await,
         Some(api2.fingerprint.clone())
@@ -596,7 +385,7 @@ async fn sni_routes_from_secrets_by_label_selector() {
     }
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig(&api, dir.path());
-    let serve = Serve::start_with_env(
+    let serve = start_with_env(
         &["--k8s-secrets", "default", "--selector", "app=web"],
         &[("KUBECONFIG", kubeconfig.as_os_str())],
     )
@@ -669,7 +458,7 @@ async fn an_estate_of_2000_secrets_is_never_served_wrong_or_refused_while_its_li
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let addr: SocketAddr = listen.parse().unwrap();
-    let _serve = Command::new(example("serve"))
+    let _serve = Command::new(serve_bin())
         .args(["--listen", &listen, "--cert-dir"])
         .arg(dir.path().join("default"))
         .args([
@@ -725,7 +514,7 @@ async fn connections_are_refused_until_the_first_certificate_then_served() {
     let certs = dir.path().join("later");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let mut child = Command::new(example("serve"))
+    let mut child = Command::new(serve_bin())
         .args(["--listen", &listen, "--cert-dir", certs.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -760,7 +549,7 @@ async fn run_to_end(args: &[&str]) -> (Option<i32>, String, Duration) {
     let started = std::time::Instant::now();
     let out = tokio::time::timeout(
         PATIENCE,
-        Command::new(example("serve"))
+        Command::new(serve_bin())
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .output(),
@@ -892,7 +681,7 @@ async fn fail_fast_stops_at_the_first_failed_read() {
 
 #[tokio::test]
 async fn a_second_sigterm_exits_at_once() {
-    let serve = Serve::start(&[]).await;
+    let serve = start(&[]).await;
     // A request whose head never completes keeps the graceful stop waiting (up to 10 s).
     let mut tls = tls_test::connect(serve.addr, "localhost", tls_test::client_config())
         .await
@@ -919,7 +708,7 @@ async fn a_port_another_server_listens_on_fails_at_once() {
     let listen = taken.local_addr().unwrap().to_string();
     let out = tokio::time::timeout(
         PATIENCE,
-        Command::new(example("serve"))
+        Command::new(serve_bin())
             .args(["--listen", &listen])
             .output(),
     )
@@ -969,7 +758,7 @@ async fn recycle_after_closes_keep_alive_connections_once_a_newer_certificate_is
     let dir = tempfile::tempdir().unwrap();
     let kube = KubeDir::new(dir.path().join("tls")).unwrap();
     write(&kube, &first);
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--cert-dir",
         kube.path().to_str().unwrap(),
         "--recycle-after",
@@ -1017,7 +806,7 @@ async fn client_ca_requires_client_certificates_and_rotates_with_an_overlap() {
     write(&kube, &server_ca.leaf(&["localhost"]));
     let clients = dir.path().join("clients.pem");
     std::fs::write(&clients, a.cert_pem()).unwrap();
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--cert-dir",
         kube.path().to_str().unwrap(),
         "--client-ca",
@@ -1104,7 +893,7 @@ async fn the_client_ca_file_is_not_the_servers_ca_and_its_change_installs_nothin
     .unwrap();
     let clients = dir.path().join("clients.pem");
     std::fs::write(&clients, a.cert_pem()).unwrap();
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--cert-dir",
         kube.path().to_str().unwrap(),
         "--client-ca",
@@ -1173,7 +962,7 @@ async fn client_ca_goes_with_the_self_signed_default_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("clients.pem");
     std::fs::write(&path, clients.cert_pem()).unwrap();
-    let serve = Serve::start(&["--client-ca", path.to_str().unwrap()]).await;
+    let serve = start(&["--client-ca", path.to_str().unwrap()]).await;
     let leaf = clients.client_leaf("c");
     let (code, body, _) = tls_test::https_get_as(serve.addr, "localhost", "/", Some(&leaf))
         .await
@@ -1197,7 +986,7 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
         // Its own endpoint, as a pod has its own connection to the API server.
         let endpoint = api.endpoint().await;
         let kubeconfig = kubeconfig_at(&endpoint.url(), &dir.path().join(id));
-        let serve = Serve::start_with_env(
+        let serve = start_with_env(
             &[
                 "--k8s-shared",
                 "default/web-tls",
@@ -1338,7 +1127,7 @@ async fn k8s_shared_with_a_seal_key_seals_the_ca_and_a_replica_without_the_key_s
             .to_vec();
             args.extend(seal);
             let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
-            Serve::start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await
+            start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await
         }
     };
     let sealing = start("web-0", vec!["--seal-key".into(), right.clone().into()]).await;
@@ -1401,7 +1190,7 @@ async fn metrics_are_served_for_prometheus() {
     let dir = tempfile::tempdir().unwrap();
     let kube = KubeDir::new(dir.path().join("tls")).unwrap();
     write(&kube, &a);
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--cert-dir",
         kube.path().to_str().unwrap(),
         "--metrics",
@@ -1455,7 +1244,7 @@ async fn a_pair_replaced_file_by_file_is_no_rejection_and_a_lone_key_still_is() 
     let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     std::fs::write(&crt, &a.chain_pem).unwrap();
     std::fs::write(&key, &a.key_pem).unwrap();
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--cert",
         crt.to_str().unwrap(),
         "--key",
@@ -1509,7 +1298,7 @@ async fn serve_dir(
     let dir = tempfile::tempdir().unwrap();
     let kube = KubeDir::new(dir.path().join("certs")).unwrap();
     write(&kube, first);
-    let serve = Serve::start_with_env(
+    let serve = start_with_env(
         &[
             "--cert-dir",
             kube.path().to_str().unwrap(),
@@ -1531,7 +1320,7 @@ async fn certificates_valid_until_9999_or_from_1950_are_served_and_rotation_goes
     let forever = ca.leaf_valid(
         &["localhost"],
         std::time::SystemTime::now() - Duration::from_secs(3600),
-        tls_source::clock::latest(),
+        tls_rotation::tls_source::clock::latest(),
     );
     write(&kube, &forever);
     let status = serve
@@ -1577,7 +1366,7 @@ async fn a_pair_not_valid_before_9999_is_refused_and_the_next_good_pair_served()
     let future = ca.leaf_valid(
         &["localhost"],
         tls_test::new_year(9999),
-        tls_source::clock::latest(),
+        tls_rotation::tls_source::clock::latest(),
     );
     write(&kube, &future);
     let status = serve
@@ -1650,7 +1439,7 @@ async fn a_panic_on_one_input_is_contained_and_one_that_stops_the_task_exits_1()
 #[tokio::test]
 async fn a_self_signed_validity_of_a_hundred_years_is_served() {
     // Past 795 days this once panicked the reload task (the expiry timer's deadline).
-    let serve = Serve::start(&["--self-signed-validity", "36500d"]).await;
+    let serve = start(&["--self-signed-validity", "36500d"]).await;
     let status = serve.status().await;
     let not_after = humantime::parse_rfc3339(status["not_after"].as_str().unwrap()).unwrap();
     let left = not_after
@@ -1695,7 +1484,7 @@ async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
         state.path().to_str().unwrap(),
         "--sni-strict",
     ];
-    let serve = Serve::start(&args).await;
+    let serve = start(&args).await;
     let status = serve
         .wait_status("both names issued", |s| {
             ["a.example.com", "b.example.com"].iter().all(|n| {
@@ -1730,7 +1519,7 @@ async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
 
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
-    let serve = Serve::start(&args).await;
+    let serve = start(&args).await;
     for name in ["a.example.com", "b.example.com"] {
         tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root))
             .await
@@ -1776,7 +1565,7 @@ async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
         .to_vec()
     };
     let wrong = format!("127.0.0.1:{}", free_port());
-    let serve = Serve::start(&args(&wrong).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let serve = start(&args(&wrong).iter().map(String::as_str).collect::<Vec<_>>()).await;
     let failed = serve
         .wait_status("the validation failed", |s| {
             s["acme"]["names"]["first.example.com"]["state"] == "backoff"
@@ -1791,8 +1580,8 @@ async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
     assert_eq!(serve.exit_code().await, Some(0));
 
     let right = format!("127.0.0.1:{port}");
-    let start = std::time::Instant::now();
-    let serve = Serve::start(&args(&right).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let began = std::time::Instant::now();
+    let serve = start(&args(&right).iter().map(String::as_str).collect::<Vec<_>>()).await;
     let issued = serve
         .wait_status("issued after the fix", |s| {
             s["acme"]["names"]["first.example.com"]["state"] == "valid"
@@ -1800,14 +1589,14 @@ async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
         })
         .await;
     assert!(
-        start.elapsed() < Duration::from_secs(60),
+        began.elapsed() < Duration::from_secs(60),
         "not after the hour"
     );
     let renew_after = issued["acme"]["names"]["first.example.com"]["renew_after"].clone();
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
 
-    let serve = Serve::start(&args(&right).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let serve = start(&args(&right).iter().map(String::as_str).collect::<Vec<_>>()).await;
     let again = serve
         .wait_status("the stored renewal", |s| {
             s["acme"]["names"]["first.example.com"]["renew_after"].is_string()
@@ -1841,7 +1630,7 @@ async fn acme_http_01_is_answered_on_its_own_port() {
         pebble.directory_url(),
         pebble.https_ca_file(),
     );
-    let serve = Serve::start(&[
+    let serve = start(&[
         "--acme-directory",
         &directory,
         "--acme-domain",
@@ -1921,8 +1710,7 @@ async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_o
                 "--identity",
                 &id,
             ];
-            let serve =
-                Serve::start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await;
+            let serve = start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await;
             (endpoint, serve)
         }
     };

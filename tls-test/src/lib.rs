@@ -17,6 +17,7 @@ mod kube_dir;
 mod logs;
 mod pebble;
 mod probe;
+mod serve_process;
 mod server;
 
 pub use certs::{
@@ -31,6 +32,7 @@ pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
     probe, probe_trusting,
 };
+pub use serve_process::Serve;
 pub use server::{TestServer, answer_each};
 
 /// How long tests wait for something that should happen in milliseconds.

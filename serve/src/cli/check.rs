@@ -1,0 +1,310 @@
+//! The rules of which flags go together: [`Cli`] as parsed becomes [`Args`], or a message naming
+//! the flags (exit status 2).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tls_rotation::acme::ChallengeType;
+
+use super::values::{Secret, default_identity};
+use super::*;
+
+impl Cli {
+    /// The rules of which flags go together, with the messages serve has always given.
+    pub(super) fn check(self) -> Result<Args, String> {
+        if self.ready_before_lists && self.k8s_secrets.is_none() {
+            return Err("--ready-before-lists goes with --k8s-secrets".into());
+        }
+        let mut sni = Sni {
+            routes: self.sni,
+            strict: self.sni_strict,
+            secrets: None,
+            ready_before_lists: self.ready_before_lists,
+        };
+        match (self.k8s_secrets, self.selector) {
+            (Some(namespace), selector) => {
+                sni.secrets = Some((namespace, selector.unwrap_or_default()));
+            }
+            (None, Some(_)) => return Err("--selector goes with --k8s-secrets".into()),
+            (None, None) => {}
+        }
+        let files = self.cert.is_some()
+            || self.key.is_some()
+            || self.ca.is_some()
+            || self.cert_dir.is_some();
+        if self.k8s_shared.is_none() && (self.lease.is_some() || self.identity.is_some()) {
+            return Err("--lease and --identity go with --k8s-shared".into());
+        }
+        if self.client_ca.is_none() && self.ca_overlap.is_some_and(|d| !d.is_zero()) {
+            return Err("--ca-overlap goes with --client-ca".into());
+        }
+        let seal = SealArgs {
+            keys: self.seal_key,
+            adopt_unsealed: self.seal_adopt_unsealed,
+            served_key: self.seal_served_key,
+        };
+        if seal.keys.is_empty() && (seal.adopt_unsealed || seal.served_key) {
+            return Err("--seal-adopt-unsealed and --seal-served-key go with --seal-key".into());
+        }
+        if !seal.keys.is_empty() && self.k8s_shared.is_none() && self.k8s_secret.is_none() {
+            return Err(
+                "--seal-key goes with --k8s-shared (or --k8s-secret, to open a sealed tls.key)"
+                    .into(),
+            );
+        }
+        if seal.served_key && self.k8s_shared.is_none() {
+            return Err("--seal-served-key goes with --k8s-shared".into());
+        }
+        let from_api = self.k8s_shared.is_some() || self.k8s_secret.is_some();
+        if from_api && self.client_ca.is_some() {
+            return Err(
+                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
+                    .into(),
+            );
+        }
+        let acme = Self::acme(
+            AcmeFlags {
+                directory: self.acme_directory,
+                domains: self.acme_domain,
+                email: self.acme_email,
+                directory_ca: self.acme_directory_ca,
+                state: self.acme_state,
+                challenge: self.acme_challenge,
+                http_listen: self.acme_http_listen,
+                weekly_limit: self.acme_weekly_limit,
+                eab_kid: self.acme_eab_kid,
+                eab_key: self.acme_eab_key,
+            },
+            self.k8s_shared.clone().map(|shared| FleetFlags {
+                shared,
+                lease: self.lease.clone(),
+                identity: self.identity.clone(),
+            }),
+        )?;
+        // ACME for a fleet takes --k8s-shared: the default certificate (for names without an
+        // ACME one) is --cert's, or the in-memory self-signed one.
+        let acme_fleet = acme
+            .as_ref()
+            .is_some_and(|a| matches!(a.state, AcmeState::Fleet { .. }));
+        if acme_fleet {
+            if self.k8s_secret.is_some() {
+                return Err("--k8s-shared with --acme-directory cannot be combined with --k8s-secret (give the default certificate with --cert)".into());
+            }
+            if seal.served_key {
+                return Err("--seal-served-key does not go with --acme-directory: the certificates' Secrets are kubernetes.io/tls Secrets every replica serves through one label-selector watch, which reads a plain tls.key (--seal-key seals the ACME account and the orders' keys)".into());
+            }
+            if self.self_signed_dir.is_some() || self.self_signed_ca {
+                return Err("--self-signed-dir and --self-signed-ca do not go with --acme-directory and --k8s-shared: the self-signed default is kept in memory".into());
+            }
+        }
+        let k8s_shared = if acme_fleet { None } else { self.k8s_shared };
+        let self_signed = SelfSignedArgs {
+            names: self.name,
+            validity: self.self_signed_validity,
+            dir: self.self_signed_dir,
+            ca: self.self_signed_ca,
+        };
+        let self_signed_flags = self_signed != SelfSignedArgs::default();
+        let certs = if let Some((namespace, name)) = k8s_shared {
+            if files || self.k8s_secret.is_some() {
+                return Err(
+                    "--k8s-shared cannot be combined with --cert, --cert-dir or --k8s-secret"
+                        .into(),
+                );
+            }
+            if self_signed.dir.is_some() {
+                return Err(
+                    "--self-signed-dir does not go with --k8s-shared: the Secret is the store"
+                        .into(),
+                );
+            }
+            let identity = identity(self.identity)?;
+            Certs::Shared {
+                namespace,
+                name,
+                lease: self.lease,
+                identity,
+                options: self_signed,
+            }
+        } else if let Some((namespace, name)) = self.k8s_secret {
+            if files || self_signed_flags {
+                return Err("--k8s-secret cannot be combined with other certificate flags".into());
+            }
+            Certs::Secret { namespace, name }
+        } else {
+            if files && self_signed_flags {
+                return Err("--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir".into());
+            }
+            match (self.cert, self.key, self.ca, self.cert_dir) {
+                (None, None, None, None) => Certs::SelfSigned(self_signed),
+                (None, None, None, Some(dir)) => Certs::Dir(dir),
+                (Some(cert), Some(key), ca, None) => Certs::Files { cert, key, ca },
+                (_, _, _, Some(_)) => {
+                    return Err("--cert-dir cannot be combined with --cert, --key or --ca".into());
+                }
+                _ => return Err("--cert and --key go together (and --ca needs them)".into()),
+            }
+        };
+        Ok(Args {
+            listen: self.listen,
+            certs,
+            poll: self.poll,
+            notify: !self.no_notify,
+            sni,
+            ready_timeout: self.ready_timeout,
+            fail_fast: self.fail_fast,
+            handshake_timeout: self.handshake_timeout,
+            recycle_after: self.recycle_after,
+            client_ca: self
+                .client_ca
+                .map(|path| (path, self.ca_overlap.unwrap_or_default())),
+            metrics: self.metrics,
+            seal,
+            acme,
+        })
+    }
+
+    /// The `--acme-*` flags, checked together and against what tls-acme accepts.
+    fn acme(flags: AcmeFlags, fleet: Option<FleetFlags>) -> Result<Option<AcmeArgs>, String> {
+        let Some(directory) = flags.directory else {
+            let given = !flags.domains.is_empty()
+                || flags.email.is_some()
+                || flags.directory_ca.is_some()
+                || flags.state.is_some()
+                || flags.challenge.is_some()
+                || flags.http_listen.is_some()
+                || flags.eab_kid.is_some()
+                || flags.eab_key.is_some();
+            if given {
+                return Err("the --acme-* flags go with --acme-directory".into());
+            }
+            return Ok(None);
+        };
+        if !directory.starts_with("https://") {
+            return Err(format!(
+                "--acme-directory {directory}: an https:// URL is needed"
+            ));
+        }
+        if flags.domains.is_empty() {
+            return Err("--acme-directory needs at least one --acme-domain".into());
+        }
+        if let Some(wildcard) = flags.domains.iter().find(|d| d.starts_with("*.")) {
+            return Err(format!(
+                "--acme-domain {wildcard}: a wildcard can only be validated by dns-01, and serve has no DNS-01 solver (the tls-acme library takes one)"
+            ));
+        }
+        let challenge = flags.challenge.unwrap_or_default();
+        match (challenge, flags.http_listen) {
+            (ChallengeType::Http01, None) => {
+                return Err(
+                    "--acme-challenge http-01 needs --acme-http-listen (where the CA's request arrives)"
+                        .into(),
+                );
+            }
+            (ChallengeType::Http01, Some(_)) | (_, None) => {}
+            (_, Some(_)) => {
+                return Err("--acme-http-listen goes with --acme-challenge http-01".into());
+            }
+        }
+        let eab = match (flags.eab_kid, flags.eab_key) {
+            (Some(kid), Some(key)) => Some((kid, eab_key(&key.0)?)),
+            (None, None) => None,
+            _ => return Err("--acme-eab-kid and --acme-eab-key go together".into()),
+        };
+        let state = match (flags.state, fleet) {
+            (Some(_), Some(_)) => {
+                return Err("--acme-state does not go with --k8s-shared: the fleet's state is kept in its Secrets".into());
+            }
+            (Some(dir), None) => AcmeState::Dir(dir),
+            (None, Some(fleet)) => AcmeState::Fleet {
+                namespace: fleet.shared.0,
+                name: fleet.shared.1,
+                lease: fleet.lease,
+                identity: identity(fleet.identity)?,
+            },
+            (None, None) => {
+                return Err("--acme-directory needs --acme-state DIR (or --k8s-shared NAMESPACE/NAME for a fleet): without it every restart orders every certificate again".into());
+            }
+        };
+        // What the library refuses, refused here with the flag named (exit 2, not 1).
+        let check = |builder: tls_rotation::acme::AcmeBuilder| {
+            builder
+                .crypto_provider(crypto_provider())
+                // Only checked: nothing is read or written at build.
+                .state_dir("/")
+                .challenge(challenge)
+                .build()
+                .map(drop)
+        };
+        for domain in &flags.domains {
+            check(tls_rotation::acme::Acme::builder(&directory).name(domain))
+                .map_err(|e| format!("--acme-domain {domain}: {}", config_reason(&e)))?;
+        }
+        check(flags.domains.iter().fold(
+            tls_rotation::acme::Acme::builder(&directory),
+            tls_rotation::acme::AcmeBuilder::name,
+        ))
+        .map_err(|e| format!("--acme-domain: {}", config_reason(&e)))?;
+        if let Some(ca) = &flags.directory_ca {
+            check(
+                tls_rotation::acme::Acme::builder(&directory)
+                    .name(&flags.domains[0])
+                    .directory_ca_file(ca),
+            )
+            .map_err(|e| {
+                format!(
+                    "--acme-directory-ca {}: {}",
+                    ca.display(),
+                    config_reason(&e)
+                )
+            })?;
+        }
+        Ok(Some(AcmeArgs {
+            directory,
+            domains: flags.domains,
+            email: flags.email,
+            directory_ca: flags.directory_ca,
+            state,
+            challenge,
+            http_listen: flags.http_listen,
+            weekly_limit: flags.weekly_limit,
+            eab,
+        }))
+    }
+}
+
+/// `--k8s-shared` (and its `--lease`, `--identity`) as given, for ACME in a fleet.
+struct FleetFlags {
+    shared: (String, String),
+    lease: Option<String>,
+    identity: Option<String>,
+}
+
+/// This replica's name in a Lease: `--identity`, else `$POD_NAME` or the host name.
+fn identity(given: Option<String>) -> Result<String, String> {
+    given
+        .or_else(default_identity)
+        .ok_or_else(|| "--k8s-shared needs --identity (no POD_NAME, no host name)".to_owned())
+}
+
+/// The `--acme-*` flags as given.
+struct AcmeFlags {
+    directory: Option<String>,
+    domains: Vec<String>,
+    email: Option<String>,
+    directory_ca: Option<PathBuf>,
+    state: Option<PathBuf>,
+    challenge: Option<ChallengeType>,
+    http_listen: Option<SocketAddr>,
+    weekly_limit: u32,
+    eab_kid: Option<String>,
+    eab_key: Option<Secret>,
+}
+
+/// The reason of a configuration error, without the library's prefix.
+fn config_reason(error: &tls_rotation::acme::Error) -> String {
+    match error {
+        tls_rotation::acme::Error::Config(reason) => reason.clone(),
+        other => other.to_string(),
+    }
+}

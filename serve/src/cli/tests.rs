@@ -1,0 +1,627 @@
+//! The flags as a user gives them: what each parses to, and every usage error, named.
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+    Args::parse_from(std::iter::once("serve").chain(args.iter().copied()))
+}
+
+/// A usage error: exit status 2, and the message names `flag` and says `why`.
+#[track_caller]
+fn refused(args: &[&str], flag: &str, why: &str) {
+    let err = parse(args).expect_err("refused");
+    assert_eq!(err.exit_code(), 2, "{args:?}");
+    let text = err.to_string();
+    assert!(text.contains(flag), "{args:?}: {text}");
+    assert!(text.contains(why), "{args:?}: {text}");
+}
+
+#[test]
+fn the_defaults_are_a_self_signed_certificate_on_8443() {
+    let args = parse(&[]).unwrap();
+    assert_eq!(args.listen, "127.0.0.1:8443".parse().unwrap());
+    assert_eq!(args.certs, Certs::SelfSigned(SelfSignedArgs::default()));
+    assert_eq!(args.poll, tls_rotation::tls_source::DEFAULT_POLL_INTERVAL);
+    assert_eq!(args.ready_timeout, Duration::from_secs(30));
+    assert_eq!(
+        args.handshake_timeout,
+        tls_rotation::DEFAULT_HANDSHAKE_TIMEOUT
+    );
+    assert!(args.notify && !args.fail_fast);
+    assert_eq!(
+        (args.recycle_after, &args.client_ca, args.metrics),
+        (None, &None, None)
+    );
+    assert_eq!(args.sni, Sni::default());
+}
+
+#[test]
+fn every_flag_takes_its_value_as_documented() {
+    let args = parse(&[
+        "--listen",
+        "[::1]:0",
+        "--cert-dir",
+        "/etc/tls",
+        "--poll",
+        "500ms",
+        "--no-notify",
+        "--sni",
+        "api.example.com=/etc/api",
+        "--sni",
+        "*.example.com=/etc/wild",
+        "--sni-strict",
+        "--k8s-secrets",
+        "web",
+        "--selector",
+        "app=web",
+        "--ready-timeout",
+        "5s",
+        "--fail-fast",
+        "--handshake-timeout",
+        "2s",
+        "--recycle-after",
+        "1m",
+        "--client-ca",
+        "/etc/ca.crt",
+        "--ca-overlap",
+        "10m",
+        "--metrics",
+        "127.0.0.1:9090",
+    ])
+    .unwrap();
+    assert_eq!(args.listen, "[::1]:0".parse().unwrap());
+    assert_eq!(args.certs, Certs::Dir("/etc/tls".into()));
+    assert_eq!(args.poll, Duration::from_millis(500));
+    assert!(!args.notify && args.fail_fast);
+    assert_eq!(
+        args.sni.routes,
+        [
+            ("api.example.com".to_owned(), PathBuf::from("/etc/api")),
+            ("*.example.com".to_owned(), PathBuf::from("/etc/wild")),
+        ]
+    );
+    assert!(args.sni.strict);
+    assert_eq!(args.sni.secrets, Some(("web".into(), "app=web".into())));
+    assert_eq!(args.ready_timeout, Duration::from_secs(5));
+    assert_eq!(args.handshake_timeout, Duration::from_secs(2));
+    assert_eq!(args.recycle_after, Some(Duration::from_secs(60)));
+    assert_eq!(
+        args.client_ca,
+        Some(("/etc/ca.crt".into(), Duration::from_secs(600)))
+    );
+    assert_eq!(args.metrics, Some("127.0.0.1:9090".parse().unwrap()));
+
+    let files = parse(&["--cert", "a.crt", "--key", "a.key", "--ca", "ca.crt"]).unwrap();
+    assert_eq!(
+        files.certs,
+        Certs::Files {
+            cert: "a.crt".into(),
+            key: "a.key".into(),
+            ca: Some("ca.crt".into())
+        }
+    );
+    let own = parse(&[
+        "--name",
+        "web",
+        "--name",
+        "10.0.0.1",
+        "--self-signed-validity",
+        "6s",
+        "--self-signed-dir",
+        "/var/lib/tls",
+        "--self-signed-ca",
+    ])
+    .unwrap();
+    assert_eq!(
+        own.certs,
+        Certs::SelfSigned(SelfSignedArgs {
+            names: vec!["web".into(), "10.0.0.1".into()],
+            validity: Some(Duration::from_secs(6)),
+            dir: Some("/var/lib/tls".into()),
+            ca: true,
+        })
+    );
+    let shared = parse(&[
+        "--k8s-shared",
+        "default/web-tls",
+        "--lease",
+        "w",
+        "--identity",
+        "pod-0",
+    ])
+    .unwrap();
+    assert!(matches!(
+        shared.certs,
+        Certs::Shared { ref namespace, ref name, lease: Some(ref lease), ref identity, .. }
+            if namespace == "default" && name == "web-tls" && lease == "w" && identity == "pod-0"
+    ));
+    let sealed = parse(&[
+        "--k8s-shared",
+        "default/web-tls",
+        "--identity",
+        "pod-0",
+        "--seal-key",
+        "/keys/new",
+        "--seal-key",
+        "/keys/old",
+        "--seal-served-key",
+    ])
+    .unwrap();
+    assert_eq!(
+        sealed.seal,
+        SealArgs {
+            keys: vec!["/keys/new".into(), "/keys/old".into()],
+            adopt_unsealed: false,
+            served_key: true,
+        },
+        "the key files in their order: the first seals"
+    );
+    let secret = parse(&["--k8s-secret", "default/web-tls"]).unwrap();
+    assert_eq!(
+        secret.certs,
+        Certs::Secret {
+            namespace: "default".into(),
+            name: "web-tls".into()
+        }
+    );
+}
+
+#[test]
+fn values_out_of_their_bounds_are_refused_naming_the_flag_and_the_bounds() {
+    refused(
+        &["--poll", "18446744073709551615s"],
+        "--poll 18446744073709551615s",
+        "must be between 10ms and 365d",
+    );
+    refused(
+        &["--poll", "1ns"],
+        "--poll 1ns",
+        "must be between 10ms and 365d",
+    );
+    refused(&["--poll", "soon"], "--poll soon", "not a duration");
+    refused(
+        &["--self-signed-validity", "3650000d"],
+        "--self-signed-validity",
+        "must be between 3s and 36500d",
+    );
+    refused(
+        &["--self-signed-validity", "1s"],
+        "--self-signed-validity",
+        "must be between 3s and 36500d",
+    );
+    refused(
+        &["--ready-timeout", "2d"],
+        "--ready-timeout",
+        "must be between 1ms and 1d",
+    );
+    refused(
+        &["--handshake-timeout", "0s"],
+        "--handshake-timeout",
+        "must be between 1ms and 1d",
+    );
+    refused(
+        &["--client-ca", "ca", "--ca-overlap", "2d"],
+        "--ca-overlap",
+        "must be between 0s and 1d",
+    );
+    refused(
+        &["--listen", "256.0.0.1:1"],
+        "--listen 256.0.0.1:1",
+        "not an address",
+    );
+    refused(
+        &["--metrics", "nowhere"],
+        "--metrics nowhere",
+        "not an address",
+    );
+    refused(
+        &["--k8s-shared", "web-tls"],
+        "--k8s-shared web-tls",
+        "expected NAMESPACE/NAME",
+    );
+    refused(
+        &["--k8s-secret", "/web"],
+        "--k8s-secret /web",
+        "expected NAMESPACE/NAME",
+    );
+    refused(
+        &["--k8s-secrets", "a/b"],
+        "--k8s-secrets a/b",
+        "expected a NAMESPACE",
+    );
+    refused(
+        &["--sni", "api.example.com"],
+        "--sni api.example.com",
+        "expected NAME=DIR",
+    );
+    refused(&["--no-such-flag"], "--no-such-flag", "unexpected argument");
+    refused(&["--cert"], "--cert", "a value is required");
+}
+
+#[test]
+fn flags_that_do_not_go_together_are_refused_naming_them() {
+    refused(&["--cert", "only.crt"], "--cert and --key", "go together");
+    refused(&["--ca", "ca.crt"], "--cert and --key", "go together");
+    refused(
+        &["--cert-dir", "/tmp", "--key", "k"],
+        "--cert-dir",
+        "cannot be combined",
+    );
+    refused(
+        &["--cert-dir", "/tmp", "--self-signed-ca"],
+        "--self-signed-*",
+        "apply to the self-signed default",
+    );
+    refused(
+        &["--selector", "app=web"],
+        "--selector",
+        "goes with --k8s-secrets",
+    );
+    refused(
+        &["--lease", "web-writer"],
+        "--lease and --identity",
+        "go with --k8s-shared",
+    );
+    refused(
+        &["--ca-overlap", "1m"],
+        "--ca-overlap",
+        "goes with --client-ca",
+    );
+    refused(
+        &["--ready-before-lists"],
+        "--ready-before-lists",
+        "goes with --k8s-secrets",
+    );
+    refused(
+        &["--seal-key", "/keys/seal.key"],
+        "--seal-key",
+        "goes with --k8s-shared",
+    );
+    refused(
+        &["--k8s-shared", "default/web-tls", "--seal-adopt-unsealed"],
+        "--seal-adopt-unsealed",
+        "go with --seal-key",
+    );
+    refused(
+        &[
+            "--k8s-secret",
+            "default/web",
+            "--seal-key",
+            "k",
+            "--seal-served-key",
+        ],
+        "--seal-served-key",
+        "goes with --k8s-shared",
+    );
+    refused(
+        &["--k8s-secret", "default/web", "--client-ca", "ca"],
+        "--client-ca",
+        "goes with --cert/--key or --cert-dir",
+    );
+    refused(
+        &["--k8s-secret", "default/web", "--name", "x"],
+        "--k8s-secret",
+        "cannot be combined",
+    );
+    refused(
+        &[
+            "--k8s-shared",
+            "default/web-tls",
+            "--self-signed-dir",
+            "/tmp/x",
+        ],
+        "--self-signed-dir",
+        "does not go with --k8s-shared",
+    );
+    refused(
+        &[
+            "--k8s-shared",
+            "default/web-tls",
+            "--k8s-secret",
+            "default/web",
+        ],
+        "--k8s-shared",
+        "cannot be combined with",
+    );
+}
+
+const DIRECTORY: &str = "https://acme.example.net/directory";
+
+/// ACME for a fleet: the flags every fleet case below starts from.
+const ACME_FLEET: &[&str] = &[
+    "--acme-directory",
+    DIRECTORY,
+    "--acme-domain",
+    "a.example.com",
+    "--k8s-shared",
+    "default/web",
+    "--identity",
+    "pod-0",
+];
+
+#[test]
+fn acme_flags_take_their_values_with_tls_alpn_01_by_default() {
+    let args = parse(&[
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-domain",
+        "a.example.com",
+        "--acme-domain",
+        "b.example.com",
+        "--acme-email",
+        "ops@example.com",
+        "--acme-state",
+        "/var/lib/acme",
+        "--acme-eab-kid",
+        "kid-1",
+        "--acme-eab-key",
+        "c2VjcmV0LWhtYWMta2V5",
+    ])
+    .unwrap();
+    let acme = args.acme.unwrap();
+    assert_eq!(acme.directory, DIRECTORY);
+    assert_eq!(acme.domains, ["a.example.com", "b.example.com"]);
+    assert_eq!(acme.email.as_deref(), Some("ops@example.com"));
+    assert_eq!(acme.state, AcmeState::Dir(PathBuf::from("/var/lib/acme")));
+    assert_eq!(acme.challenge, ChallengeType::TlsAlpn01);
+    assert_eq!(acme.weekly_limit, 50, "Let's Encrypt's limit by default");
+    assert_eq!(
+        acme.eab,
+        Some(("kid-1".into(), EabKey(b"secret-hmac-key".to_vec())))
+    );
+    assert!(!format!("{acme:?}").contains("c2VjcmV0"), "no key in Debug");
+    assert_eq!(
+        args.certs,
+        Certs::SelfSigned(SelfSignedArgs::default()),
+        "the default stays"
+    );
+
+    let http = parse(&[
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-domain",
+        "a.example.com",
+        "--acme-state",
+        "/var/lib/acme",
+        "--acme-challenge",
+        "http-01",
+        "--acme-http-listen",
+        "0.0.0.0:80",
+        "--acme-weekly-limit",
+        "7",
+    ])
+    .unwrap()
+    .acme
+    .unwrap();
+    assert_eq!(http.weekly_limit, 7);
+    assert_eq!(http.challenge, ChallengeType::Http01);
+    assert_eq!(http.http_listen, Some("0.0.0.0:80".parse().unwrap()));
+}
+
+#[test]
+fn bad_acme_flags_exit_2_with_the_reason() {
+    let base = ["--acme-directory", DIRECTORY, "--acme-state", "/tmp/acme"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra).copied().collect()
+    };
+    refused(
+        &with(&["--acme-domain", "*.example.com"]),
+        "--acme-domain *.example.com",
+        "serve has no DNS-01 solver",
+    );
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-challenge",
+            "dns-01",
+        ]),
+        "--acme-challenge dns-01",
+        "no DNS-01 solver",
+    );
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-challenge",
+            "tls-sni-01",
+        ]),
+        "--acme-challenge tls-sni-01",
+        "expected tls-alpn-01 or http-01",
+    );
+    refused(
+        &with(&["--acme-domain", "10.0.0.1"]),
+        "--acme-domain 10.0.0.1",
+        "is not a DNS name",
+    );
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-domain",
+            "A.example.com",
+        ]),
+        "--acme-domain",
+        "configured twice",
+    );
+    refused(&with(&[]), "--acme-directory", "at least one --acme-domain");
+    refused(
+        &[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
+        ],
+        "--acme-state",
+        "every restart orders every certificate again",
+    );
+    refused(
+        &[
+            "--acme-directory",
+            "http://acme.example.net/directory",
+            "--acme-domain",
+            "a.example.com",
+        ],
+        "--acme-directory http://",
+        "https:// URL",
+    );
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-challenge",
+            "http-01",
+        ]),
+        "--acme-http-listen",
+        "where the CA's request arrives",
+    );
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-http-listen",
+            "0.0.0.0:80",
+        ]),
+        "--acme-http-listen",
+        "goes with --acme-challenge http-01",
+    );
+    refused(
+        &with(&["--acme-domain", "a.example.com", "--acme-eab-kid", "kid"]),
+        "--acme-eab-kid and --acme-eab-key",
+        "go together",
+    );
+    let err = parse(&with(&[
+        "--acme-domain",
+        "a.example.com",
+        "--acme-eab-kid",
+        "kid",
+        "--acme-eab-key",
+        "not*base64!xyzzy",
+    ]))
+    .unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    let text = err.to_string();
+    assert!(
+        text.contains("--acme-eab-key") && text.contains("not base64url"),
+        "{text}"
+    );
+    assert!(!text.contains("xyzzy"), "the key is never shown: {text}");
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-directory-ca",
+            "/nonexistent/ca.pem",
+        ]),
+        "--acme-directory-ca /nonexistent/ca.pem",
+        "",
+    );
+    refused(
+        &["--acme-domain", "a.example.com"],
+        "--acme-*",
+        "go with --acme-directory",
+    );
+    refused(
+        &[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
+            "--k8s-shared",
+            "default/web",
+            "--acme-state",
+            "/var/lib/acme",
+        ],
+        "--acme-state",
+        "does not go with --k8s-shared",
+    );
+    refused(
+        &[
+            ACME_FLEET,
+            &["--seal-key", "/keys/seal.key", "--seal-served-key"],
+        ]
+        .concat(),
+        "--seal-served-key",
+        "label-selector watch",
+    );
+    refused(
+        &[ACME_FLEET, &["--self-signed-dir", "/tmp/x"]].concat(),
+        "--self-signed-dir",
+        "in memory",
+    );
+}
+
+#[test]
+fn acme_with_k8s_shared_is_a_fleet_served_on_the_in_memory_default() {
+    let args = parse(&[ACME_FLEET, &["--lease", "edge-orders"]].concat()).unwrap();
+    assert_eq!(args.certs, Certs::SelfSigned(SelfSignedArgs::default()));
+    assert_eq!(
+        args.acme.unwrap().state,
+        AcmeState::Fleet {
+            namespace: "default".into(),
+            name: "web".into(),
+            lease: Some("edge-orders".into()),
+            identity: "pod-0".into(),
+        }
+    );
+    let args = parse(
+        &[
+            ACME_FLEET,
+            &["--cert", "/etc/tls/tls.crt", "--key", "/etc/tls/tls.key"],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert!(
+        matches!(args.certs, Certs::Files { .. }),
+        "{:?}",
+        args.certs
+    );
+}
+
+#[test]
+fn help_lists_every_flag() {
+    let help = Cli::command().render_long_help().to_string();
+    for flag in [
+        "--listen",
+        "--ready-timeout",
+        "--fail-fast",
+        "--handshake-timeout",
+        "--recycle-after",
+        "--client-ca",
+        "--ca-overlap",
+        "--metrics",
+        "--cert",
+        "--key",
+        "--ca ",
+        "--cert-dir",
+        "--poll",
+        "--no-notify",
+        "--k8s-secret ",
+        "--k8s-shared",
+        "--lease",
+        "--identity",
+        "--sni ",
+        "--sni-strict",
+        "--k8s-secrets",
+        "--selector",
+        "--name",
+        "--self-signed-validity",
+        "--self-signed-dir",
+        "--self-signed-ca",
+        "--acme-directory ",
+        "--acme-domain",
+        "--acme-email",
+        "--acme-directory-ca",
+        "--acme-state",
+        "--acme-challenge",
+        "--acme-http-listen",
+        "--acme-eab-kid",
+        "--acme-eab-key",
+    ] {
+        assert!(help.contains(flag), "{flag} in:\n{help}");
+    }
+    let err = parse(&["--help"]).unwrap_err();
+    assert_eq!(err.exit_code(), 0, "--help is not an error");
+    Cli::command().debug_assert();
+}

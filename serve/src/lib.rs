@@ -1,0 +1,130 @@
+//! An HTTPS server whose certificate rotates without a restart.
+//!
+//! ```text
+//! serve [--listen ADDR] [--cert PATH --key PATH [--ca PATH]]
+//!       [--cert-dir DIR] [--poll DURATION] [--no-notify]
+//!       [--name NAME]... [--self-signed-validity DURATION]
+//!       [--self-signed-dir DIR] [--self-signed-ca]
+//!       [--k8s-secret NAMESPACE/NAME]
+//!       [--k8s-shared NAMESPACE/NAME [--lease NAME] [--identity ID]]
+//!       [--seal-key PATH]... [--seal-adopt-unsealed] [--seal-served-key]
+//!       [--sni NAME=DIR]... [--sni-strict]
+//!       [--k8s-secrets NAMESPACE [--selector SELECTOR]]
+//!       [--ready-before-lists]
+//!       [--ready-timeout DURATION] [--fail-fast]
+//!       [--handshake-timeout DURATION] [--recycle-after DURATION]
+//!       [--client-ca PATH [--ca-overlap DURATION]]
+//!       [--metrics ADDR]
+//!       [--acme-directory URL --acme-domain NAME... --acme-state DIR
+//!        [--acme-email ADDR] [--acme-directory-ca PATH]
+//!        [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
+//!        [--acme-eab-kid ID --acme-eab-key B64URL]
+//!        [--acme-weekly-limit N]]
+//! ```
+//!
+//! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
+//!   `::1` and each `--name`, renewed when a third of its validity (default 90 days) remains:
+//!   nothing to set up. `--self-signed-dir` keeps it across restarts; `--self-signed-ca` signs
+//!   the leaves with a stable CA (shown in the status) that clients can trust.
+//! - `--cert-dir DIR` reads the `kubernetes.io/tls` layout: `DIR/tls.crt`, `DIR/tls.key`, and
+//!   `DIR/ca.crt` when present. Try it with `cargo run --example rotate -- DIR`.
+//! - `--k8s-secret NAMESPACE/NAME` watches a `kubernetes.io/tls` Secret through the API (the
+//!   ambient kubeconfig, or the in-cluster config): new data is served milliseconds after it is
+//!   written.
+//! - `--k8s-shared NAMESPACE/NAME` runs the replicas of a fleet on one self-signed certificate:
+//!   every replica serves the Secret `NAME`; the holder of the Lease `--lease` (default
+//!   `NAME-writer`) creates and renews it, reusing it while it fits, through fenced writes. The
+//!   self-signed flags (`--name`, `--self-signed-validity`, `--self-signed-ca`) apply to what
+//!   the leader generates; with `--self-signed-ca` the CA's key is kept in the Secret
+//!   `NAME-ca`. `--identity` names this replica (default: `POD_NAME`, then the host name). The
+//!   status JSON gains `leader`: `{"holder": …, "round": …, "leading": true|false}`.
+//! - `--seal-key PATH` (repeatable; with `--k8s-shared`) seals the fleet's own state, the CA
+//!   Secret, with the key in `PATH` (32 random bytes in base64: `openssl rand -base64 32`;
+//!   re-read when it changes): the first key seals, all open. A replica that cannot open what
+//!   is stored serves, writes nothing and does not lead. Unsealed state is refused unless
+//!   `--seal-adopt-unsealed` (once, to migrate); `--seal-served-key` seals the served Secret's
+//!   `tls.key` too (with `--k8s-secret`, `--seal-key` opens one). The status JSON gains
+//!   `seal`: `{"key_ids": […], "state": "open"|"refused"|"unknown", "reason": …}`. With
+//!   `--acme-directory` and `--k8s-shared`, `--seal-key` seals the ACME account and the keys of
+//!   orders in flight (a replica that cannot open them says so in `acme.account_error`);
+//!   `--seal-served-key` is refused there (the certificates' Secrets are served by a
+//!   label-selector watch that reads plain `tls.key`s).
+//! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
+//!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
+//!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
+//! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
+//!   matching the label selector, each for the DNS names in its certificate, through one watch.
+//!   Connections are refused until the whole list is in (so no listed name is served the
+//!   default, or refused under `--sni-strict`, after a restart); `--ready-before-lists` listens
+//!   once the default certificate is in and serves it while the list loads.
+//! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
+//!   (one each; no wildcards, which need DNS-01), served as its SNI route beside the default:
+//!   TLS-ALPN-01 is answered on `--listen` (the CA's validation gets through before anything
+//!   is stored), HTTP-01 with `--acme-challenge http-01` on `--acme-http-listen`. The account,
+//!   the certificates and the orders in flight are kept in `--acme-state DIR`, so a restart
+//!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
+//!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
+//!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
+//!   "failed", "not_after": …, "renew_after": …, "renew_reason": "lifetime"|"ari", "ari_next":
+//!   …, "retry_at": …, "last_error": …}}}`, with `account_error` and `account_replaced` when
+//!   there is something to say. `--acme-weekly-limit N` caps first orders per registered
+//!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
+//!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
+//!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
+//! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
+//! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
+//!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`
+//!   (default `0s`), and no session from before can be resumed after. The status JSON then has
+//!   `client_ca_fingerprints_sha256`, `client_fingerprint_sha256` (the certificate presented
+//!   on the request's connection) and `client_ca_error` (why the CA file was last refused).
+//! - `--recycle-after DURATION`: once a newer certificate is installed, connections at least that
+//!   old are closed gracefully (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), so keep-alive
+//!   clients pick it up; off by default.
+//! - `--metrics ADDR` serves Prometheus metrics (plain HTTP) at `http://ADDR/metrics`: the
+//!   served certificate's expiry per source and route, installs, rejections by reason, source
+//!   errors, the last success, readiness, and with `--k8s-shared` the Lease and the fenced
+//!   writes (the names are in the `tls-reload` and `tls-k8s` crate docs).
+//! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
+//!   finish (up to 10 s), and exit 0; a second SIGINT / SIGTERM exits at once (status 130).
+//! - The port is reserved at start (a busy port fails at once) but connections are refused
+//!   until the first certificate is installed; then the server listens. No certificate within
+//!   `--ready-timeout` (default 30 s), or with `--fail-fast` the first failed read, ends it with
+//!   the error and status 1.
+//!
+//! Prints one line, `listening on https://HOST:PORT`, to stdout once the first certificate is
+//! installed and the socket listens; logs go to stderr (`RUST_LOG` sets the filter; by default
+//! `info`, with third-party HTTP and API clients and the notify crate at `error`), in colour on a
+//! terminal only (never with `NO_COLOR` set).
+//!
+//! Run it from the repository with `cargo run --example serve -- FLAGS` (the README's first
+//! command), or install it: `cargo install --path serve` puts `serve` on the `PATH`.
+//!
+//! # The code
+//! - `cli/`: the flags (clap), their values and bounds (`values.rs`), and the rules of which go
+//!   together (`check.rs`), giving [`Args`](cli::Args) (unit tests in `cli/tests.rs`). A new mode
+//!   adds its flags under a help heading of its own and a field of `Args`; today's flags keep
+//!   their names and meanings.
+//! - `run.rs`: the server: the source the flags choose, the reloader, the accept stream, the
+//!   signals, the graceful stop. What a connection is answered with is the `app` (the status
+//!   page, `status.rs`); a mode that answers otherwise (a proxy in front of an upstream) gives
+//!   another.
+//! - `log.rs`: logging to stderr, which the examples share.
+//!
+//! The end-to-end tests (`tests/serve.rs`) run the binary as a user does; `SERVE_BIN` points
+//! them at another build of it (an installed one, say).
+
+mod cli;
+mod log;
+mod run;
+mod status;
+
+pub use log::log_to_stderr;
+
+/// serve's `main`: parses the command line (a usage error exits 2, naming the flag), runs the
+/// server, and returns its exit status (an error is printed to stderr, status 1).
+///
+/// # Panics
+/// If the tokio runtime cannot be built, or a global `tracing` subscriber is already set.
+pub fn main() -> std::process::ExitCode {
+    run::main()
+}
