@@ -52,7 +52,7 @@ fn certs() -> Vec<TestCert> {
 }
 
 async fn serve(
-    source: impl tls_source::CertSource + 'static,
+    source: impl tls_source::IntoCertSource,
     store: Store,
     certs: Vec<TestCert>,
 ) -> Setup {

@@ -12,8 +12,8 @@ use futures::FutureExt as _;
 use rustls::ClientConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
+use tls_source::IntoCertSource;
 use tls_source::clock::Clock;
-use tls_source::{CertSource, CertSourceExt as _};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -205,7 +205,7 @@ impl ClientTlsBuilder {
     ///
     /// # Panics
     /// Outside a Tokio runtime.
-    pub fn spawn<S: CertSource + 'static>(self, source: S) -> Result<ClientTls, Error> {
+    pub fn spawn<S: IntoCertSource>(self, source: S) -> Result<ClientTls, Error> {
         let provider = self
             .provider
             .or_else(crate::tls::default_crypto_provider)
@@ -228,7 +228,7 @@ impl ClientTlsBuilder {
             ..ClientStatus::default()
         });
         let mut inputs = Inputs::default();
-        inputs.route(0, source.boxed_source());
+        inputs.route(0, source.into_cert_source());
         let clock = Arc::clone(validator.clock());
         let engine = Engine::new(validator, vec![Kind::Client(self.roots.clone())], None);
         let client = Client {

@@ -175,7 +175,7 @@ pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
 pub use tls::ring_provider;
 pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider};
 pub use tls_source::clock::Rfc3339;
-pub use tls_source::{CertSource, CertSourceExt, FileSource};
+pub use tls_source::{CertSource, CertSourceExt, FileSource, IntoCertSource};
 pub use tokio_util::sync::CancellationToken;
 pub use validate::{Validated, Validator};
 

@@ -13,9 +13,7 @@ use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use rustls::crypto::CryptoProvider;
 use tls_source::clock::{Clock, SystemClock};
-use tls_source::{
-    BoxCertSource, BoxKeyedCertSource, CertSource, CertSourceExt as _, KeyedCertSource,
-};
+use tls_source::{BoxCertSource, BoxKeyedCertSource, IntoCertSource, KeyedCertSource};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -160,9 +158,9 @@ impl Builder {
     /// Exact routes win over wildcards; names are case-insensitive. Repeatable.
     pub fn route<S>(mut self, name: impl Into<String>, source: S) -> Self
     where
-        S: CertSource + 'static,
+        S: IntoCertSource,
     {
-        self.named.push((name.into(), source.boxed_source()));
+        self.named.push((name.into(), source.into_cert_source()));
         self
     }
 
@@ -237,7 +235,7 @@ impl Builder {
     /// Outside a Tokio runtime.
     pub fn spawn<S>(self, source: S) -> Result<Reloader, Error>
     where
-        S: CertSource + 'static,
+        S: IntoCertSource,
     {
         let (reloader, task) = self.build(source)?;
         tokio::spawn(task);
@@ -265,9 +263,9 @@ impl Builder {
     /// As [`spawn`](Self::spawn).
     pub fn build<S>(self, source: S) -> Result<(Reloader, ReloadTask), Error>
     where
-        S: CertSource + 'static,
+        S: IntoCertSource,
     {
-        self.make(Some(source.boxed_source()))
+        self.make(Some(source.into_cert_source()))
     }
 
     /// Like [`spawn_routes`](Self::spawn_routes), but hands the task to the caller to run.
@@ -429,7 +427,7 @@ impl Reloader {
     ///
     /// # Panics
     /// Outside a Tokio runtime.
-    pub fn spawn<S: CertSource + 'static>(source: S) -> Result<Self, Error> {
+    pub fn spawn<S: IntoCertSource>(source: S) -> Result<Self, Error> {
         Self::builder().spawn(source)
     }
 

@@ -12,10 +12,11 @@ use std::time::Duration;
 use common::{Harness, Mode, write_kube};
 use tls_reload::Reloader;
 use tls_source::FileSource;
+use tls_source::inline::Inline;
 use tls_test::{KubeDir, PATIENCE, TestCa, TestCert, TestServer, overwrite_in_place};
 
 /// A source with notify on and the poll an hour away: only the watch can deliver in time.
-fn watch_only(cert: &Path, key: &Path) -> FileSource {
+fn watch_only(cert: &Path, key: &Path) -> Inline<FileSource> {
     FileSource::builder(cert, key)
         .poll_interval(Duration::from_secs(3600))
         .build()

@@ -76,7 +76,7 @@ async fn cancelling_stops() {
     let before = threads();
     let dropped = Arc::new(AtomicBool::new(false));
     let source = DropFlag {
-        inner: FileSource::kubernetes_dir(kube.path()).build(),
+        inner: FileSource::kubernetes_dir(kube.path()).build().into_inner(),
         dropped: dropped.clone(),
     };
     let token = CancellationToken::new();

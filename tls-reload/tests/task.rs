@@ -153,3 +153,63 @@ async fn a_source_that_ends_ends_the_task_and_says_so() {
         Some(cert.fingerprint.as_str())
     );
 }
+
+/// Any source can hand its items over on its own thread ([`tls_source::inline::Inline`]): the
+/// reload core installs each there (served before `offer` returns) and the stream never yields
+/// it, so every item is delivered once. While something that went down the stream has not
+/// landed, later items go the same way: an older item never replaces a newer one.
+#[tokio::test]
+async fn an_inline_source_delivers_each_item_once_on_its_own_thread_and_in_order() {
+    use std::sync::atomic::AtomicUsize;
+    use tls_source::inline::{Handoff, Inline};
+
+    let ca = TestCa::new("inline");
+    let [first, second, third] = ca.leaves::<3>(&["localhost"]);
+    let handoff = Handoff::new();
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Item>();
+    let yielded = Arc::new(AtomicUsize::new(0));
+    let counted = rx.inspect({
+        let yielded = yielded.clone();
+        move |_| {
+            yielded.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let offer = |cert: &tls_test::TestCert| {
+        let (bundle, handoff) = (common::bundle(cert), handoff.clone());
+        std::thread::spawn(move || handoff.offer(Ok(bundle)))
+            .join()
+            .unwrap()
+    };
+    // Offered before the reloader exists (no hook): it goes down the stream, but not yet.
+    let early = offer(&first).expect("no hook: handed back");
+    let reloader = Reloader::builder()
+        .crypto_provider(common::provider())
+        .spawn(Inline::new(counted, handoff.clone()))
+        .unwrap();
+    // The task runs (this test's runtime has one thread: a yield lets it start and wait).
+    tokio::task::yield_now().await;
+    // The first is still on its way: the second follows it down the stream.
+    let behind = offer(&second).expect("handed back behind the first");
+    tx.unbounded_send(early).unwrap();
+    tx.unbounded_send(behind).unwrap();
+    // (They may land in one batch, which installs the newer alone.)
+    let served = |s: &tls_reload::Status| s.current.as_ref().map(|c| c.fingerprint_sha256.clone());
+    let status = tls_test::wait_for(reloader.status(), "the second, after the first", |s| {
+        served(s) == Some(second.fingerprint.clone())
+    })
+    .await;
+    let installed = status.generation;
+    assert_eq!(yielded.load(Ordering::SeqCst), 2);
+
+    // Nothing on its way: taken on the producer's thread, served before `offer` returns.
+    let server = TestServer::start(reloader.resolver()).await;
+    assert!(offer(&third).is_none(), "taken on the producer's thread");
+    assert_eq!(tls_test::served(server.addr()).await, third.fingerprint);
+    assert_eq!(yielded.load(Ordering::SeqCst), 2, "never yielded as well");
+    let status = tls_test::wait_for(reloader.status(), "the inline install", |s| {
+        served(s) == Some(third.fingerprint.clone())
+    })
+    .await;
+    assert_eq!(status.generation, installed + 1, "installed once");
+    drop(tx);
+}

@@ -16,8 +16,10 @@
 //! - [`FileSource`]: files, followed through Kubernetes-style `..data` symlink swaps, with a
 //!   notify fast path, a poll backstop and a manual [`Trigger`]; [`FileReader`] is its reading
 //!   half, for callers that schedule reads themselves.
-//! - [`inline`]: items handed to the consumer on the thread that produced them (the file
-//!   source's; the reload core installs a rotation there).
+//! - [`inline`]: items handed to the consumer on the thread that produced them instead of down
+//!   the stream ([`Inline`](inline::Inline), the file source's; the reload core installs a
+//!   rotation there). [`BoxCertSource`] keeps an inline source's handoff; [`IntoCertSource`]
+//!   is what the builders take.
 //! - [`KeyedCertSource`]: many certificates under keys, put and removed (SNI routes).
 //! - [`clock`]: the one [`Clock`](clock::Clock) and validity rule of the workspace; a
 //!   `SteppedClock` for tests behind the `test-util` feature. [`Backoff`]: retry waits as a value.
@@ -56,7 +58,6 @@ mod trigger;
 #[cfg(feature = "x509")]
 pub mod x509;
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use futures::Stream;
@@ -71,6 +72,7 @@ pub use file::{
     CaFileSource, CaFileSourceBuilder, DEFAULT_IN_PLACE_QUIET, DEFAULT_POLL_INTERVAL, FileReader,
     FileSource, FileSourceBuilder,
 };
+pub use inline::{BoxCertSource, IntoCertSource};
 pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};
 pub use trigger::Trigger;
@@ -93,11 +95,6 @@ pub use rustls_pki_types;
 pub trait CertSource: Stream<Item = Result<CertBundle, Error>> + Send {}
 
 impl<S> CertSource for S where S: Stream<Item = Result<CertBundle, Error>> + Send {}
-
-/// A type-erased [`CertSource`], for sources chosen at run time.
-///
-/// A boxed [`FileSource`] can still be recognised by [`inline::attach`].
-pub type BoxCertSource = Pin<Box<dyn inline::AnySource>>;
 
 /// Combinators for [`CertSource`]s.
 pub trait CertSourceExt: CertSource {
@@ -140,7 +137,7 @@ pub trait CertSourceExt: CertSource {
     where
         Self: Sized + 'static,
     {
-        Box::pin(self)
+        BoxCertSource::new(self)
     }
 }
 

@@ -1,69 +1,86 @@
-//! A rotation installed on the thread that read it: a static route whose source is a
-//! [`FileSource`](tls_source::FileSource) offers each item to the reload core on the file
-//! watcher's own thread ([`tls_source::inline`]), and the engine takes a bundle there, under
-//! the same lock as the reload task's batches. So a rotation waits neither for a runtime
-//! worker to wake nor for a busy runtime: the new certificate is served as soon as it is read
-//! and validated. The item still reaches the task down the stream, which skips what was
-//! handled here.
+//! A rotation installed on the thread that read it: a static route whose source is
+//! [`Inline`](tls_source::inline::Inline) (a [`FileSource`](tls_source::FileSource) is) hands
+//! each item to the reload core on the producer's own thread (the file watcher's), and the
+//! engine takes it there, under the same lock as the reload task's batches. So a rotation waits
+//! neither for a runtime worker to wake nor for a busy runtime: the new certificate is served as
+//! soon as it is read and validated. An item taken here is not yielded by the stream: every
+//! item is delivered once.
 //!
-//! Which item is which: the source offers every item it will yield, in order, before yielding
-//! it; the route counts offers, the task counts the items it receives from the source (before
-//! its `dedup`). An item the task receives numbered at or below the last one handled here is
-//! skipped: it was handled, or a later one was (so an older item that was on its way never
-//! replaces a newer one). Timers the engine arms here are handed to the task, which owns them.
+//! Order: the hook hands an item back (to go down the stream) while the core cannot take it
+//! (the task has not started, or has stopped; the clock cannot be read), and then also every
+//! later item until the task has handled all that went down the stream (the handoff counts
+//! them, the task counts what it handled, under the core's lock): an older item still on its
+//! way never lands after a newer one. Timers the engine
+//! arms here are handed to the task, which owns them, with a wake of their own.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use tls_source::{CertBundle, panic_message};
+use tls_source::inline::{Handoff, Hook, Item};
+use tls_source::panic_message;
 use tokio::sync::Notify;
 
 use super::{Applier, Apply, Contained, Timing, run_batch};
 use crate::engine::{Engine, Input};
 
-/// A static route's end of the hook: what its source offered and what was handled inline.
+/// A static route's end of the handoff: what went down the stream, what the task received.
 #[derive(Debug, Default)]
 pub(crate) struct Route {
-    /// How many items the source has offered.
-    offered: AtomicU64,
-    /// The number of the last offered item handled inline (0: none). Written and read under
-    /// the core's lock.
-    handled: AtomicU64,
+    /// The source's handoff (which counts what went down the stream), once attached.
+    handoff: OnceLock<Handoff>,
+    /// How many items of this route's stream the task has handled. Written under the core's
+    /// lock.
+    received: AtomicU64,
     /// The core and the route's id, once the task runs.
     target: OnceLock<(Weak<dyn Offer>, usize)>,
 }
 
 impl Route {
-    /// Whether the task should skip the item numbered `seq`: it, or a later one, was handled
-    /// inline. Only meaningful under the core's lock.
-    pub(crate) fn handled(&self, seq: u64) -> bool {
-        seq <= self.handled.load(Ordering::Acquire)
+    /// Attaches this hook to `handoff`; whether it was.
+    pub(crate) fn attach(self: &Arc<Self>, handoff: &Handoff) -> bool {
+        let attached = handoff.attach(self.clone());
+        if attached {
+            let _ = self.handoff.set(handoff.clone());
+        }
+        attached
     }
 
     pub(crate) fn connect(&self, core: Weak<dyn Offer>, id: usize) {
         let _ = self.target.set((core, id));
     }
+
+    /// The task handled one item of this route's stream (under the core's lock).
+    pub(crate) fn received(&self) {
+        self.received.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether an item that went down the stream (handed back, or offered before the hook
+    /// was attached) is still on its way to the task (under the core's lock).
+    fn in_flight(&self) -> bool {
+        self.handoff
+            .get()
+            .is_some_and(|h| h.returned() != self.received.load(Ordering::Acquire))
+    }
 }
 
-impl tls_source::inline::Inline for Route {
-    fn offer(&self, item: Result<&CertBundle, &tls_source::Error>) {
-        let seq = self.offered.fetch_add(1, Ordering::AcqRel) + 1;
-        // Errors take the stream's way: nothing to install, and no hurry.
-        let Ok(bundle) = item else { return };
-        let Some((core, id)) = self.target.get() else {
-            return;
-        };
-        if let Some(core) = core.upgrade() {
-            core.offer(*id, seq, bundle, &self.handled);
+impl Hook for Route {
+    fn take(&self, item: Item) -> Option<Item> {
+        let core = self
+            .target
+            .get()
+            .and_then(|(core, id)| Some((core.upgrade()?, *id)));
+        match core {
+            Some((core, id)) => core.offer(id, item, self),
+            None => Some(item),
         }
     }
 }
 
 /// The core as the hook sees it (erased over the [`Apply`]).
 pub(crate) trait Offer: Send + Sync + 'static {
-    /// Handles `bundle`, item `seq` of static route `id`, now, and records it in `handled`.
-    fn offer(&self, id: usize, seq: u64, bundle: &CertBundle, handled: &AtomicU64);
+    /// Handles `item` of static route `id` now, or hands it back to go down the stream.
+    fn offer(&self, id: usize, item: Item, route: &Route) -> Option<Item>;
 }
 
 /// The engine and where its effects land, shared by the reload task and the inline hooks.
@@ -72,11 +89,9 @@ pub(crate) struct Shared<A> {
     clock: Contained,
     /// Woken when an inline batch panicked.
     pub(crate) wake: Notify,
-    /// An inline batch left timers in [`Core::timers`]. Not a wake of its own: the item that
-    /// batch handled reaches the task down its source's stream right after (the contract of
-    /// [`tls_source::inline`]), and every poll of the task looks at this first. One wake per
-    /// rotation, not two.
+    /// An inline batch left timers in [`Core::timers`]; `timers_left` wakes the task for them.
     pending: AtomicBool,
+    timers_left: Notify,
 }
 
 pub(crate) struct Core<A> {
@@ -103,6 +118,7 @@ impl<A: Apply> Shared<A> {
             clock,
             wake: Notify::new(),
             pending: AtomicBool::new(false),
+            timers_left: Notify::new(),
         }
     }
 
@@ -114,16 +130,11 @@ impl<A: Apply> Shared<A> {
         &self.clock
     }
 
-    /// Ready when inline batches left timers for the task: polled on every poll of the task,
-    /// it never waits (the source's item that follows each offer wakes the task).
-    pub(crate) fn pending(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(|_| {
-            if self.pending.load(Ordering::Acquire) {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
+    /// Ready when inline batches left timers for the task.
+    pub(crate) async fn pending(&self) {
+        while !self.pending.load(Ordering::Acquire) {
+            self.timers_left.notified().await;
+        }
     }
 
     /// Takes the timers inline batches left (under the core's lock).
@@ -134,28 +145,25 @@ impl<A: Apply> Shared<A> {
 }
 
 impl<A: Apply + Send + 'static> Offer for Shared<A> {
-    fn offer(&self, id: usize, seq: u64, bundle: &CertBundle, handled: &AtomicU64) {
+    fn offer(&self, id: usize, item: Item, route: &Route) -> Option<Item> {
         let mut core = self.lock();
-        if !core.open || core.panicked.is_some() {
-            return;
+        if !core.open || core.panicked.is_some() || route.in_flight() {
+            return Some(item);
         }
         // A clock that cannot be read: the task judges the item when it arrives.
-        let Ok(now) = self.clock.read() else { return };
+        let Ok(now) = self.clock.read() else {
+            return Some(item);
+        };
         let core = &mut *core;
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            run_batch(
-                core,
-                vec![Input::Route(id, Ok(bundle.clone()))],
-                now,
-                Applier::Inline,
-            )
+            run_batch(core, vec![Input::Route(id, item)], now, Applier::Inline)
         }));
-        handled.store(seq, Ordering::Release);
         match run {
             Ok(timers) => {
                 if !timers.is_empty() {
                     core.timers.extend(timers);
                     self.pending.store(true, Ordering::Release);
+                    self.timers_left.notify_one();
                 }
             }
             Err(panic) => {
@@ -163,6 +171,7 @@ impl<A: Apply + Send + 'static> Offer for Shared<A> {
                 self.wake.notify_one();
             }
         }
+        None
     }
 }
 

@@ -8,7 +8,6 @@ mod inline;
 mod timers;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
@@ -57,7 +56,7 @@ const PUMP_AHEAD: usize = 2048;
 /// The sources, each item tagged with where it goes.
 #[derive(Default)]
 pub(crate) struct Inputs {
-    streams: SelectAll<BoxStream<'static, Numbered>>,
+    streams: SelectAll<BoxStream<'static, Input>>,
     /// Keyed sources not pumped yet: they start with the task (a built task may be run later,
     /// on the runtime that runs it).
     keyed: Vec<BoxStream<'static, Input>>,
@@ -66,49 +65,24 @@ pub(crate) struct Inputs {
     inline: inline::Routes,
 }
 
-/// An input and, for a static route's, its number among the items its source yielded (from
-/// 1; 0 for the other inputs): how the task tells which were handled inline.
-struct Numbered {
-    input: Input,
-    seq: u64,
-}
-
-impl From<Input> for Numbered {
-    fn from(input: Input) -> Self {
-        Self { input, seq: 0 }
-    }
-}
-
 impl Inputs {
-    /// The source of static route `id` (routes are added in the order of their ids);
-    /// unchanged material is skipped once, here. A source that can hand its items over on
-    /// the thread that produced them ([`tls_source::inline::attach`]) is given the route's
-    /// hook.
+    /// The source of static route `id` (routes are added in the order of their ids). An
+    /// [`Inline`](tls_source::inline::Inline) source (its handoff kept in the box) is given the
+    /// route's hook, and what it takes never comes down the stream. Unchanged material is
+    /// skipped here for the others; the engine skips it in any case (by digest), which an
+    /// inline route relies on, since a `dedup` here would not see what the hook took.
     pub(crate) fn route(&mut self, id: usize, source: BoxCertSource) {
         debug_assert_eq!(id, self.inline.len(), "static routes are added in order");
         let hook = Arc::new(inline::Route::default());
-        tls_source::inline::attach(&source, hook.clone());
+        let inline = source.handoff().is_some_and(|handoff| hook.attach(handoff));
         self.inline.push(hook);
-        // Counted before `dedup`, as the source offers them: the item `dedup` passes on is
-        // the one it just received.
-        let received = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&received);
-        let counted = source
-            .inspect(move |_| {
-                counter.fetch_add(1, Ordering::Relaxed);
-            })
-            .dedup();
-        let tagged = guarded(counted, Place::Route(id), move |item| {
-            Input::Route(id, item)
-        });
-        self.streams.push(
-            tagged
-                .map(move |input| Numbered {
-                    input,
-                    seq: received.load(Ordering::Relaxed),
-                })
-                .boxed(),
-        );
+        let source = if inline {
+            source.left_stream()
+        } else {
+            source.dedup().right_stream()
+        };
+        let tagged = guarded(source, Place::Route(id), move |item| Input::Route(id, item));
+        self.streams.push(tagged.boxed());
     }
 
     /// Keyed source number `index`.
@@ -121,11 +95,8 @@ impl Inputs {
 
     /// The client-CA source of its own.
     pub(crate) fn trust(&mut self, source: BoxStream<'static, TrustItem>) {
-        self.streams.push(
-            guarded(source, Place::Trust, Input::Trust)
-                .map(Numbered::from)
-                .boxed(),
-        );
+        self.streams
+            .push(guarded(source, Place::Trust, Input::Trust).boxed());
     }
 
     /// Starts each keyed source on a task of its own, feeding the reload task through a
@@ -144,11 +115,8 @@ impl Inputs {
                 }
             });
             self.pumps.push(Pump(task));
-            self.streams.push(
-                futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-                    .map(Numbered::from)
-                    .boxed(),
-            );
+            self.streams
+                .push(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed());
         }
     }
 
@@ -379,30 +347,25 @@ pub(crate) fn run<A: Apply + Send + 'static>(
                         }
                     }
                     let mut core = shared.lock();
-                    // What was handled on the thread that read it (or superseded there).
-                    let batch: Vec<Input> = batch
-                        .into_iter()
-                        .filter(|item| match item.input {
-                            Input::Route(id, _) => !inputs.inline[id].handled(item.seq),
-                            _ => true,
-                        })
-                        .map(|item| item.input)
-                        .collect();
-                    if !batch.is_empty() {
-                        // Inline batches' timers first: they happened before this one.
-                        let mut pending = shared.take_timers(&mut core);
-                        let timings = match clock.read() {
-                            Ok(now) => run_batch(&mut core, batch, now, Applier::Task),
-                            Err(message) => {
-                                let effects =
-                                    core.engine.unjudged(batch, &message, SystemTime::now());
-                                apply_effects(effects, &mut core.apply, Applier::Task)
-                            }
-                        };
-                        pending.extend(timings);
-                        drop(core);
-                        set_timers(pending, &mut timers, clock);
+                    // Counted under the lock, as handled: a route's hook takes items again
+                    // once nothing it handed back is on its way (`inline`).
+                    for input in &batch {
+                        if let Input::Route(id, _) = input {
+                            inputs.inline[*id].received();
+                        }
                     }
+                    // Inline batches' timers first: they happened before this one.
+                    let mut pending = shared.take_timers(&mut core);
+                    let timings = match clock.read() {
+                        Ok(now) => run_batch(&mut core, batch, now, Applier::Task),
+                        Err(message) => {
+                            let effects = core.engine.unjudged(batch, &message, SystemTime::now());
+                            apply_effects(effects, &mut core.apply, Applier::Task)
+                        }
+                    };
+                    pending.extend(timings);
+                    drop(core);
+                    set_timers(pending, &mut timers, clock);
                     if ended {
                         break Ended::SourcesEnded;
                     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use tls_reload::{Reloader, Status};
+use tls_source::inline::Inline;
 use tls_source::{FileSource, Trigger};
 use tls_test::{KubeDir, PATIENCE, TestCert, TestServer};
 
@@ -46,7 +47,7 @@ pub fn write_kube(kube: &KubeDir, cert: &TestCert) {
     kube.write(&refs).expect("kubelet-style write");
 }
 
-pub fn source(kube: &KubeDir, mode: Mode) -> FileSource {
+pub fn source(kube: &KubeDir, mode: Mode) -> Inline<FileSource> {
     let builder = FileSource::builder(kube.file("tls.crt"), kube.file("tls.key"));
     match mode {
         Mode::Notify => builder
@@ -82,7 +83,7 @@ impl Harness {
     async fn start(
         dir: tempfile::TempDir,
         kube: KubeDir,
-        source: FileSource,
+        source: Inline<FileSource>,
         first: &TestCert,
     ) -> Self {
         let trigger = source.trigger();
@@ -179,7 +180,11 @@ pub fn bundle(cert: &TestCert) -> tls_source::CertBundle {
 }
 
 /// A kubelet-style directory `parent/name` holding `cert`, and a notify-driven source on it.
-pub fn kube_source(parent: &std::path::Path, name: &str, cert: &TestCert) -> (KubeDir, FileSource) {
+pub fn kube_source(
+    parent: &std::path::Path,
+    name: &str,
+    cert: &TestCert,
+) -> (KubeDir, Inline<FileSource>) {
     let kube = KubeDir::new(parent.join(name)).expect("kube dir");
     write_kube(&kube, cert);
     let source = source(&kube, Mode::Notify);

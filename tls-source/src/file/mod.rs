@@ -8,7 +8,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
 use rustls_pki_types::CertificateDer;
 
-use crate::inline::Inline;
+use crate::inline::{Handoff, Inline};
 use crate::{CertBundle, Decoder, Error, Trigger};
 
 mod event;
@@ -139,9 +139,9 @@ struct Config {
     decoder: Decoder,
     /// A [`CaFileSource`]: certificates only, no key.
     certificates_only: bool,
-    /// Offered every item on the reading thread before it is sent ([`crate::inline`]). Set
-    /// on the built source only: a builder's clone starts without one.
-    inline: OnceLock<Arc<dyn Inline>>,
+    /// Offered every item on the reading thread before it is sent ([`crate::inline`]). Made
+    /// anew by `build`: a builder's clone never shares one.
+    handoff: Handoff,
 }
 
 // ===== impl FileSourceBuilder =====
@@ -197,22 +197,31 @@ impl FileSourceBuilder {
 
     /// Builds the source. Nothing is read and no watch starts until the stream is first polled.
     ///
+    /// An [`Inline`] source: given to the reload core (boxed with its handoff), each item is
+    /// handed over on the thread that read it, so a rotation is installed without waiting for
+    /// a runtime worker. [`Inline::into_inner`] is the plain stream; [`dedup`](Inline::dedup),
+    /// [`fallback`](Inline::fallback) and [`debounce`](Inline::debounce) work as on any
+    /// source; the source's own methods ([`trigger`](FileSource::trigger)) through `Deref`.
+    ///
     /// # Panics
     /// If the poll interval is zero.
-    pub fn build(self) -> FileSource {
+    pub fn build(mut self) -> Inline<FileSource> {
         assert!(
             !self.config.poll_interval.is_zero(),
             "FileSource poll interval must be above zero"
         );
+        let handoff = Handoff::new();
+        self.config.handoff = handoff.clone();
         let (config, trigger, inner) = spawn_unfold(self.config);
         let inner = inner
             .map(|item| item.map(reader::Decoded::into_bundle))
             .boxed();
-        FileSource {
+        let source = FileSource {
             config,
             trigger,
             inner,
-        }
+        };
+        Inline::new(source, handoff)
     }
 }
 
@@ -232,7 +241,7 @@ impl FileSource {
                 in_place_quiet: DEFAULT_IN_PLACE_QUIET,
                 decoder: Decoder::new(),
                 certificates_only: false,
-                inline: OnceLock::new(),
+                handoff: Handoff::new(),
             },
         }
     }
@@ -242,11 +251,6 @@ impl FileSource {
     pub fn kubernetes_dir(dir: impl AsRef<Path>) -> FileSourceBuilder {
         let dir = dir.as_ref();
         Self::builder(dir.join("tls.crt"), dir.join("tls.key")).ca_if_present(dir.join("ca.crt"))
-    }
-
-    /// Takes the consumer's [`Inline`] hook (see [`crate::inline::attach`]).
-    pub(crate) fn attach(&self, hook: Arc<dyn Inline>) -> bool {
-        self.config.inline.set(hook).is_ok()
     }
 
     /// A handle that forces a read now, bypassing the unchanged-input check, e.g. from a SIGHUP

@@ -99,22 +99,23 @@ impl Reads {
             (Some(Err(error)), None, false)
         });
         let found = item.is_some();
-        if let (Some(item), Some(hook)) = (&item, self.config.inline.get()) {
+        if self.config.handoff.is_attached() {
             // Still holding the reader: offers come one at a time, in the order of the items.
-            let offered = std::panic::catch_unwind(AssertUnwindSafe(|| match item {
-                Ok(Decoded::Bundle(bundle)) => hook.offer(Ok(bundle)),
-                Ok(Decoded::Certificates(_)) => {}
-                Err(err) => hook.offer(Err(err)),
-            }));
-            if let Err(panic) = offered {
-                let message = crate::panic_message(panic.as_ref());
-                tracing::error!(panic = %message, "the consumer's inline hook panicked");
-            }
-        }
-        if self.config.inline.get().is_some() {
-            // The hook has had the item (a bundle is installed already): what the stream
-            // yields now is bookkeeping, so the item waits for the layout and both wake the
-            // consumer once.
+            // What the hook takes (a bundle is installed already) never goes down the stream;
+            // what it hands back waits for the layout, and both wake the consumer once.
+            let item = item.and_then(|item| match item {
+                Ok(Decoded::Bundle(bundle)) => self
+                    .config
+                    .handoff
+                    .offer(Ok(bundle))
+                    .map(|item| item.map(Decoded::Bundle)),
+                Ok(certificates @ Decoded::Certificates(_)) => Some(Ok(certificates)),
+                Err(err) => self
+                    .config
+                    .handoff
+                    .offer(Err(err))
+                    .map(|item| item.map(Decoded::Bundle)),
+            });
             let layout = self.layout(after_event);
             let _ = self.found.send(Found::Read {
                 item,
