@@ -66,7 +66,7 @@
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
 //!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
 //!   "failed", "not_after": …, "renew_after": …, "renew_reason": "lifetime"|"ari", "ari_next":
-//!   …, "retry_at": …, "last_error": …}}}`, with `account_error` and `account_replaced` when
+//!   …, "retry_at": …, "last_error": …, "decided_at": …}}}`, with `account_error` and `account_replaced` when
 //!   there is something to say. `--acme-weekly-limit N` caps first orders per registered
 //!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
 //!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in

@@ -408,7 +408,7 @@ impl Driver {
                 (self.random)(),
             );
             self.save(name, &record, &mut saved).await;
-            self.show(name, &record, action, held.as_ref());
+            self.show(name, &record, action, held.as_ref(), now);
             match action {
                 Action::Wait { until } | Action::Backoff { until } => {
                     if self.sleep_until(until, &mut retry).await {
@@ -531,8 +531,16 @@ impl Driver {
     }
 
     /// The status of `name`, as the plan decided.
-    fn show(&self, name: &str, record: &Record, action: Action, held: Option<&Held>) {
+    fn show(
+        &self,
+        name: &str,
+        record: &Record,
+        action: Action,
+        held: Option<&Held>,
+        now: SystemTime,
+    ) {
         self.set(name, |s| {
+            s.decided_at = Some(now);
             s.state = match action {
                 Action::Wait { .. } | Action::FetchAri => NameState::Valid,
                 Action::Order { .. } | Action::Resume => NameState::Ordering,

@@ -52,6 +52,11 @@ pub struct NameStatus {
     pub retry_at: Option<SystemTime>,
     /// The last failure, with the CA's reason.
     pub last_error: Option<String>,
+    /// When this replica's ACME client last decided what to do about the certificate (wait,
+    /// ask ARI, order, back off); `None` until it has, and on a fleet's other replicas, which
+    /// show what the leader stored.
+    #[serde(serialize_with = "rfc3339")]
+    pub decided_at: Option<SystemTime>,
 }
 
 /// What a certificate is doing.
@@ -103,6 +108,7 @@ impl NameStatus {
             ari_next: record.ari_next.map(from_unix),
             retry_at,
             last_error: record.last_error.clone(),
+            decided_at: None,
         }
     }
 }

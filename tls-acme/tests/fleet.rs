@@ -200,12 +200,16 @@ async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_not
         assert_served(replica.server.addr, &names, &root).await;
         assert!(ids.contains(&replica.id));
     }
-    // Long enough for the new leader to have looked at every name.
-    replicas[0]
+    // The new leader has decided about every name (a name it would order again would show
+    // "ordering" from that decision on, and be ordered right after).
+    let decided = replicas[0]
         .server
-        .until("every name valid after the restart", all_valid)
+        .until("the leader's decision on every name", |s| {
+            s.names.len() == names.len() && s.names.values().all(|n| n.decided_at.is_some())
+        })
         .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(replicas[0].leading(), "{decided:?}");
+    assert!(all_valid(&decided), "{decided:?}");
     assert_eq!(
         pebble.orders(),
         3,

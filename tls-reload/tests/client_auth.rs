@@ -284,16 +284,25 @@ async fn a_trust_source_of_its_own_replaces_the_trusted_cas_and_bad_items_change
         Ok(false)
     );
 
-    // Garbage, an empty set and an error change nothing (each sent alone, so it is looked at).
-    for bad in [
-        Ok(vec![rustls::pki_types::CertificateDer::from(vec![1, 2, 3])]),
-        Ok(Vec::new()),
-        Err(tls_source::Error::source("trust", "unreadable")),
+    // Garbage, an empty set and an error change nothing; each is waited for by what its own
+    // report says (none was reported before the first).
+    assert!(server.reloader.status().borrow().client_ca_error.is_none());
+    for (bad, says) in [
+        (
+            Ok(vec![rustls::pki_types::CertificateDer::from(vec![1, 2, 3])]),
+            "client CAs: ",
+        ),
+        (Ok(Vec::new()), "no CA certificate"),
+        (
+            Err(tls_source::Error::source("trust", "unreadable")),
+            "unreadable",
+        ),
     ] {
         trust_tx.unbounded_send(bad).unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let status = tls_test::wait_for(server.reloader.status(), "the bad item reported", |s| {
-            s.client_ca_error.is_some()
+        let status = tls_test::wait_for(server.reloader.status(), says, |s| {
+            s.client_ca_error
+                .as_ref()
+                .is_some_and(|e| e.to_string().contains(says))
         })
         .await;
         let reported = status
