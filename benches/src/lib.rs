@@ -86,9 +86,7 @@ pub async fn plain_loop(mut config: rustls::ServerConfig) -> std::net::SocketAdd
 }
 
 /// The crypto provider of every bench: aws-lc-rs, as the workspace's tests and `serve`.
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
+pub use tls_test::provider;
 
 /// `n` ECDSA P-256 leaves for `localhost` from one CA.
 pub fn certs(n: usize) -> Vec<TestCert> {

@@ -101,7 +101,7 @@
 //!
 //! # The code
 //! - `cli/`: the flags (clap), their values and bounds (`values.rs`), and the rules of which go
-//!   together (`check.rs`), giving [`Args`](cli::Args) (unit tests in `cli/tests.rs`). A new mode
+//!   together (`check.rs`), giving `Args` (unit tests in `cli/tests.rs`). A new mode
 //!   adds its flags under a help heading of its own and a field of `Args`; today's flags keep
 //!   their names and meanings.
 //! - `run.rs`: the server: the source the flags choose, the reloader, the accept stream, the

@@ -1455,12 +1455,18 @@ async fn a_self_signed_validity_of_a_hundred_years_is_served() {
 /// ACME against Pebble: each `--acme-domain` gets its certificate (TLS-ALPN-01 answered on
 /// `--listen`), served as its SNI route and shown under `acme` in the status; a restart on
 /// `--acme-state` serves them at once and orders nothing (orders counted in Pebble's log).
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
     let port = free_port();
-    let Some(pebble) = tls_test::Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let (listen, directory, ca) = (
         format!("127.0.0.1:{port}"),
@@ -1538,12 +1544,18 @@ async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
 /// A new user's first try: `--listen` on a port the CA does not validate at fails the name,
 /// which then waits an hour. Restarted with the right `--listen`, it is ordered at once; a
 /// second restart keeps its renewal time to the second.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
     let port = free_port();
-    let Some(pebble) = tls_test::Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let (directory, ca) = (pebble.directory_url(), pebble.https_ca_file());
     let args = |listen: &str| -> Vec<String> {
@@ -1613,16 +1625,18 @@ async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
     );
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acme_http_01_is_answered_on_its_own_port() {
     let http_port = free_port();
-    let Some(pebble) = tls_test::Pebble::builder()
+    let pebble = tls_test::Pebble::builder()
         .http_port(http_port)
         .start()
         .await
-    else {
-        return;
-    };
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
     let (http, directory, ca) = (
@@ -1670,12 +1684,18 @@ async fn acme_http_01_is_answered_on_its_own_port() {
 /// each name reaches another replica (challtestsrv points the names there), every replica
 /// serves every name and shows the leader's ACME status. Restarted, the fleet orders nothing
 /// (orders counted in Pebble's log).
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_orders_nothing() {
     let port = free_port();
-    let Some(pebble) = tls_test::Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let names = ["a.example.com", "b.example.com"];
     pebble
         .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))

@@ -138,12 +138,18 @@ async fn fleet(api: &KubeApi, ca: (&Pebble, &str), port: u16, names: &[&str]) ->
     [a, b, c]
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_nothing() {
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let names = ["a.example.com", "b.example.com", "c.example.com"];
     // The CA validates a at replica 2, b at replica 3, c at the leader.
     pebble.add_a(names[0], Ipv4Addr::new(127, 0, 0, 2)).await;
@@ -219,10 +225,14 @@ async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_not
 
 /// The leader of a fleet serving one name is killed while its request to Pebble's `path` is
 /// held (after Pebble acted on it, with `forwarded`); the survivors finish the certificate.
-/// Returns how many orders Pebble saw (`None`: Pebble is not installed, the test is skipped).
-async fn leader_killed_at(path: &str, forwarded: bool) -> Option<usize> {
+/// Returns how many orders Pebble saw.
+async fn leader_killed_at(path: &str, forwarded: bool) -> usize {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder().tls_port(port).start().await?;
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let name = "d.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let layer = pebble.layer().await;
@@ -249,59 +259,75 @@ async fn leader_killed_at(path: &str, forwarded: bool) -> Option<usize> {
         new_leader.id.as_str(),
         "{path}: written by the new leader"
     );
-    Some(pebble.orders())
+    pebble.orders()
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_killed_before_its_order_reaches_the_ca_is_succeeded_by_one_order() {
-    let Some(orders) = leader_killed_at("/order-plz", false).await else {
-        return;
-    };
+    let orders = leader_killed_at("/order-plz", false).await;
     assert_eq!(orders, 1);
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_killed_after_storing_its_order_is_succeeded_by_one_that_resumes_it() {
     // Held when it tells the CA to validate: the order and the challenge are stored.
-    let Some(orders) = leader_killed_at("/chalZ/", false).await else {
-        return;
-    };
+    let orders = leader_killed_at("/chalZ/", false).await;
     assert_eq!(orders, 1, "the stored order was resumed");
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_killed_after_its_challenge_was_answered_is_succeeded_by_one_that_finalizes() {
-    let Some(orders) = leader_killed_at("/finalize-order/", false).await else {
-        return;
-    };
+    let orders = leader_killed_at("/finalize-order/", false).await;
     assert_eq!(orders, 1, "the stored order was finalized");
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_killed_after_finalizing_is_succeeded_by_one_that_downloads_the_certificate() {
-    let Some(orders) = leader_killed_at("/certZ/", false).await else {
-        return;
-    };
+    let orders = leader_killed_at("/certZ/", false).await;
     assert_eq!(orders, 1, "the stored order's certificate was downloaded");
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_killed_before_storing_the_url_the_ca_answered_costs_one_more_order() {
     // The only point where a second order is placed: the CA created the order, and the
     // leader died before it could store its URL.
-    let Some(orders) = leader_killed_at("/order-plz", true).await else {
-        return;
-    };
+    let orders = leader_killed_at("/order-plz", true).await;
     assert_eq!(orders, 2);
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_account_secret_deleted_is_registered_again_by_the_next_leader_and_every_status_says_so()
 {
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let name = "e.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let api = KubeApi::start().await;
@@ -348,13 +374,19 @@ fn secret_value(api: &KubeApi, name: &str, key: &str) -> Option<Vec<u8>> {
         .ok()
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_leader_opens_them()
 {
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let name = "s.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let layer = pebble.layer().await;
@@ -415,12 +447,18 @@ async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_
     until_served(plain.server.addr, &[name], &root).await;
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_given_a_seal_that_adopts_unsealed_state_seals_its_stored_account() {
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let name = "m.example.com";
     let api = KubeApi::start().await;
     let directory = pebble.directory_url();
@@ -475,13 +513,19 @@ async fn a_fleet_given_a_seal_that_adopts_unsealed_state_seals_its_stored_accoun
 /// again: its retry of the rate-limited name finds the budget spent (before, it spent from the
 /// copy of its first term and wrote it over replica 2's spend: a fourth first order). Then it
 /// is killed and replica 3 leads: its new name waits for the budget too.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_weekly_budget_holds_across_leaders_killed_in_turn_and_no_spend_is_lost() {
     const LIMIT: u32 = 3;
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let (a, b, c, d) = (
         "a.example.com",
         "b.example.com",
@@ -567,12 +611,18 @@ fn stored_spends(api: &KubeApi) -> usize {
 /// Many orders at once (no stagger): each publishes its challenge in the one challenges
 /// Secret, and every follower answers each of them (a leader that merged its changes of the
 /// Secret concurrently dropped some: their validations failed).
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orders_placed_at_once_each_get_their_challenge_published_to_every_replica() {
     let port = tls_test::free_port().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let names: Vec<String> = (0..16).map(|i| format!("p{i}.example.com")).collect();
     for (i, name) in names.iter().enumerate() {
         let follower = if i % 2 == 0 { 2 } else { 3 };

@@ -39,13 +39,19 @@ fn client_at(directory: &str, pebble: &Pebble, state: &Path) -> AcmeBuilder {
         .stagger(Duration::from_millis(10))
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_alpn_01_issues_every_name_and_a_restart_serves_what_is_stored_ordering_nothing() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let names = ["a.example.com", "b.example.com", "c.example.net"];
     let mut builder = client(&pebble, state.path());
@@ -121,13 +127,19 @@ async fn tls_alpn_01_issues_every_name_and_a_restart_serves_what_is_stored_order
     );
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_01_answered_by_the_tower_service_mounted_in_axum() {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http_port = http.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().http_port(http_port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .http_port(http_port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = Server::start(
@@ -161,11 +173,16 @@ impl Dns01Solver for Challtestsrv {
     }
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_01_issues_a_wildcard_through_the_solver() {
-    let Some(pebble) = Pebble::builder().start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let pebble = Arc::new(pebble);
     let state = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -195,13 +212,19 @@ async fn dns_01_issues_a_wildcard_through_the_solver() {
     assert_eq!(pebble.orders(), 1, "one certificate for the group");
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_are_served() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     // The CA's validator is sent where nothing listens.
     pebble
         .add_a("broken.example.com", Ipv4Addr::new(127, 0, 0, 9))
@@ -262,18 +285,20 @@ async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_
     assert_eq!(pebble.orders(), 2, "nothing ordered early after a restart");
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_certificates_are_renewed_before_they_expire_with_no_failed_handshake() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder()
+    let pebble = Pebble::builder()
         .tls_port(port)
         .validity(Duration::from_secs(12))
         .start()
         .await
-    else {
-        return;
-    };
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(
         client(&pebble, state.path()).name("short.example.com"),
@@ -315,11 +340,16 @@ async fn short_certificates_are_renewed_before_they_expire_with_no_failed_handsh
     assert!(pebble.orders() >= 3);
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_that_is_not_acme_or_not_trusted_is_reported_and_nothing_is_stored() {
-    let Some(pebble) = Pebble::builder().start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     // Pebble's own HTTPS, but not its directory.
     let state = tempfile::tempdir().unwrap();
     let not_acme = format!("https://localhost:{}/roots/0", pebble.addr().port());
@@ -371,13 +401,19 @@ async fn a_directory_that_is_not_acme_or_not_trusted_is_reported_and_nothing_is_
     }
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(
         client(&pebble, state.path()).name("d.example.com"),
@@ -407,13 +443,19 @@ async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
 
 /// The port of a server just dropped, once its listener is closed (the accept task ends
 /// asynchronously).
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let stored = ["a.example.com", "b.example.com"];
     let mut builder = client(&pebble, state.path());
@@ -447,13 +489,19 @@ async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones
     );
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_is_reordered() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let start = |listener| {
         Server::start(
@@ -501,13 +549,19 @@ async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_i
     assert_eq!(again.account_replaced.as_deref(), Some(why.as_str()));
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stagger_too_large_for_the_clock_waits_instead_of_stopping_the_driver() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     // The second name's start is Duration::MAX away: saturated at the end of 9999.
     let builder = client(&pebble, state.path())
@@ -533,14 +587,20 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode()
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_on_already_replaced()
  {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let layer = pebble.layer().await;
     let now = SystemTime::now();
     let (start, end) = (now + Duration::from_secs(4), now + Duration::from_secs(6));
@@ -589,13 +649,19 @@ async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_
     assert_served(server.addr, &["ari.example.com"], &root).await;
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_go_on() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let layer = pebble.layer().await;
     layer.rate_limit_next_order(Duration::from_secs(7200));
     let state = tempfile::tempdir().unwrap();
@@ -642,13 +708,19 @@ async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_
     assert_eq!(pebble.orders(), 1, "a restart does not retry early");
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_nothing_served() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let layer = pebble.layer().await;
     layer.damage_next_certificate();
     let state = tempfile::tempdir().unwrap();
@@ -686,13 +758,19 @@ async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_no
     );
 }
 
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_across_restarts() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let state = tempfile::tempdir().unwrap();
     let names = [
         "a.example.co.uk",
@@ -753,13 +831,19 @@ async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_ac
 /// The new user's case: a wrong listening port fails the validation; fixing it (the place the
 /// challenge is answered is part of what a failure is kept with) tries the name at once
 /// instead of an hour later, and a restart keeps the renewal time to the second.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_validation_is_tried_at_once_after_the_configuration_changes() {
     let right = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = right.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     drop(right);
     let wrong = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let wrong_addr = wrong.local_addr().unwrap();
@@ -818,13 +902,19 @@ async fn a_failed_validation_is_tried_at_once_after_the_configuration_changes() 
 /// `retry_now` after fixing what the configuration does not show (here the server was not
 /// reachable where the CA looked, as behind a firewall): the failed name is tried again a
 /// minute after its attempt, not an hour.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_now_tries_a_failed_name_again_once_the_cas_limits_allow() {
     let right = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = right.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder().tls_port(port).start().await else {
-        return;
-    };
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
     drop(right);
     let clock = Arc::new(tls_source::clock::SteppedClock::starting_at(
         SystemTime::now(),
@@ -881,18 +971,20 @@ fn clock_now(clock: &tls_source::clock::SteppedClock) -> SystemTime {
 /// A `badNonce` is the protocol's hiccup: with Pebble rejecting a fifth of all nonces, every
 /// name is issued and none waits in backoff (instant-acme's own two retries leave about one
 /// order in twelve failed; each step is retried here).
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_nonces_cost_a_name_nothing() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(pebble) = Pebble::builder()
+    let pebble = Pebble::builder()
         .tls_port(port)
         .nonce_reject(20)
         .start()
         .await
-    else {
-        return;
-    };
+        .expect("Pebble is installed (the test is ignored otherwise)");
     let names: Vec<String> = (0..20).map(|i| format!("n{i}.example.com")).collect();
     let state = tempfile::tempdir().unwrap();
     let mut builder = client(&pebble, state.path());

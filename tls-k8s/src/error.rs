@@ -52,7 +52,7 @@ pub enum Error {
     /// Any other API or watch failure (retried with backoff).
     #[error("watching the Secret failed: {0}")]
     Watch(#[source] kube::runtime::watcher::Error),
-    /// A sealed value does not open (see [`SecretSourceBuilder::seal`]); said by place, without
+    /// A sealed value does not open (see [`SecretSourceBuilder::seal`](crate::SecretSourceBuilder::seal)); said by place, without
     /// the value.
     #[error("{0}")]
     Sealed(#[source] tls_seal::Error),

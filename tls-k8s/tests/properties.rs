@@ -55,10 +55,6 @@ fn config(default: u32, max_shrink_iters: u32) -> ProptestConfig {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -124,7 +120,7 @@ async fn run_secret(ops: &[SecretOp]) -> Result<(), String> {
     let api = KubeApi::start().await;
     put(&api, &pairs[0].chain_pem, &pairs[0].key_pem);
     let reloader = Reloader::builder()
-        .crypto_provider(provider())
+        .crypto_provider(tls_test::provider())
         .spawn(SecretSource::builder(common::client(&api), "default", "tls").build())
         .unwrap();
     reloader.ready_timeout(tls_test::PATIENCE).await.unwrap();
@@ -277,7 +273,7 @@ async fn run_keyed(ops: &[KeyedOp]) -> Result<(), String> {
             .unwrap()))
         .unwrap();
     let reloader = Reloader::builder()
-        .crypto_provider(provider())
+        .crypto_provider(tls_test::provider())
         .routes(
             tls_k8s::SecretsSource::builder(common::client(&api), "default")
                 .selector("app=web")
@@ -439,7 +435,7 @@ async fn replica(api: &KubeApi, id: &str) -> Replica {
         .start(&CancellationToken::new());
     let leadership = shared.leadership();
     let reloader = Reloader::builder()
-        .crypto_provider(provider())
+        .crypto_provider(tls_test::provider())
         .spawn(shared)
         .unwrap();
     let server = TestServer::start(reloader.resolver()).await;

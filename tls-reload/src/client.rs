@@ -24,7 +24,7 @@ use crate::tls::{Slot, Table};
 use crate::{CertInfo, Error, Policy, Purpose, Validator};
 
 /// The client side of mTLS, rotating: a `ClientConfig` ([`client_config`](Self::client_config))
-/// whose client certificate and trusted roots follow a [`CertSource`] of client bundles: the
+/// whose client certificate and trusted roots follow a [`CertSource`](tls_source::CertSource) of client bundles: the
 /// chain and key the client presents, and in the bundle's CA certificates (`ca.crt`, the
 /// `kubernetes.io/tls` convention, or `FileSource::ca`) the roots it trusts servers with
 /// (and any [`roots`](ClientTlsBuilder::roots) added: the webpki or the platform's). One

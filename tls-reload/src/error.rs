@@ -382,6 +382,13 @@ impl fmt::Display for Names<'_> {
     }
 }
 
+/// What [`Error::NoCryptoProvider`]'s message says to write
+/// (only a build with neither feature can return it).
+pub(crate) const PROVIDER_FEATURES: &str = "enable one of tls-reload's features: tls-reload = { \
+     version = \"0.1\", features = [\"aws-lc-rs\"] } (or [\"ring\"]); or pass one to \
+     Builder::crypto_provider; or install a process default with CryptoProvider::install_default \
+     before building the reloader";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,10 +413,3 @@ mod tests {
         assert!(!message.contains("r6"), "{message}");
     }
 }
-
-/// What [`Error::NoCryptoProvider`]'s message says to write
-/// (only a build with neither feature can return it).
-pub(crate) const PROVIDER_FEATURES: &str = "enable one of tls-reload's features: tls-reload = { \
-     version = \"0.1\", features = [\"aws-lc-rs\"] } (or [\"ring\"]); or pass one to \
-     Builder::crypto_provider; or install a process default with CryptoProvider::install_default \
-     before building the reloader";

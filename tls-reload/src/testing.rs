@@ -1,7 +1,5 @@
 //! What the crate's unit tests share: bundles from `tls-test`'s certificates, the provider.
 
-use std::sync::Arc;
-
 use tls_source::{CertBundle, Decoder, Origin};
 use tls_test::{TestCa, TestCert};
 
@@ -24,6 +22,4 @@ pub(crate) fn bundle_from(cert: &TestCert, ca: Option<&TestCa>, origin: Origin) 
         .expect("a valid test bundle")
 }
 
-pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
+pub(crate) use tls_test::provider;

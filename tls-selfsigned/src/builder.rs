@@ -109,7 +109,7 @@ impl Builder {
         self
     }
 
-    /// The lifetime of a generated CA (default: [`DEFAULT_CA_VALIDITY`], 10 years). Turns on CA
+    /// The lifetime of a generated CA (default: [`DEFAULT_CA_VALIDITY`](crate::DEFAULT_CA_VALIDITY), 10 years). Turns on CA
     /// mode.
     pub fn ca_validity(mut self, validity: Duration) -> Self {
         self.config.ca.get_or_insert_with(default_ca).validity = validity;

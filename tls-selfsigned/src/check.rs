@@ -120,8 +120,6 @@ impl SelfSigned {
     }
 }
 
-/// Expired, not yet valid, or inside the renewal window `window` at `now`.
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -131,6 +131,7 @@ fn unix(t: SystemTime) -> String {
     }
 }
 
+/// Expired, not yet valid, or inside the renewal window `window` at `now`.
 pub(crate) fn check_times(
     not_before: SystemTime,
     not_after: SystemTime,

@@ -36,7 +36,7 @@ pub(crate) struct Generated {
 
 impl SelfSigned {
     /// The clock "now" comes from, for generation and every fit check (the builder's
-    /// [`clock`](Builder::clock)).
+    /// [`clock`](crate::Builder::clock)).
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }

@@ -35,6 +35,12 @@ pub use probe::{
 pub use serve_process::Serve;
 pub use server::{TestServer, answer_each};
 
+/// The crypto provider of the workspace's tests, clients and test servers: aws-lc-rs, the
+/// default of `serve` and the examples (a test of ring says so where it builds its own).
+pub fn provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
 /// How long tests wait for something that should happen in milliseconds.
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
 

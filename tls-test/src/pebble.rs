@@ -507,7 +507,7 @@ impl Pebble {
     /// If it cannot listen.
     pub async fn layer(&self) -> AcmeLayer {
         let leaf = self.https_ca.leaf(&["localhost", "127.0.0.1"]);
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let provider = crate::provider();
         let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .expect("TLS versions")

@@ -209,7 +209,7 @@ fn recording_client() -> io::Result<(ClientConfig, Seen)> {
 }
 
 fn recording_client_with(client: Option<&crate::TestCert>) -> io::Result<(ClientConfig, Seen)> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = crate::provider();
     let seen = Seen::default();
     let verifier = Arc::new(Recording {
         provider: provider.clone(),

@@ -4,18 +4,15 @@
 #![allow(dead_code, unreachable_pub)] // each test binary uses a part
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
 use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
 use tls_reload::Reloader;
 use tls_test::{PATIENCE, probe_trusting};
 use tokio::net::TcpListener;
 
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
+/// The tests' provider (aws-lc-rs).
+pub use tls_test::provider;
 
 /// A server of ours: the ACME certificates as SNI routes (strict), TLS-ALPN-01 answered in its
 /// accept stream.

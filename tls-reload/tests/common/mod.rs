@@ -7,15 +7,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::crypto::CryptoProvider;
 use tls_reload::{Reloader, Status};
 use tls_source::inline::Inline;
 use tls_source::{FileSource, Trigger};
 use tls_test::{KubeDir, PATIENCE, TestCert, TestServer};
 
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
+/// The tests' provider (aws-lc-rs).
+pub use tls_test::provider;
 
 /// How the files are watched.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,30 @@
+//! Sets `cfg(pebble)` when the tests that need Pebble (the ACME test server, Debian package
+//! `pebble`) can run: `pebble` and `pebble-challtestsrv` are on the `PATH`, or `CI` is set
+//! (where a missing Pebble must fail those tests, not skip them). Only the tests read it:
+//! without it they are reported as ignored, rather than passing as if they had run. The
+//! library itself does not change. (serve's end-to-end tests use this script too.)
+
+use std::path::Path;
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(pebble)");
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-env-changed=PATH");
+    println!("cargo::rerun-if-env-changed=CI");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found: Vec<_> = ["pebble", "pebble-challtestsrv"]
+        .iter()
+        .filter_map(|program| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|candidate| Path::new(candidate).is_file())
+        })
+        .collect();
+    for program in &found {
+        // Installed or removed again: the tests' cfg follows.
+        println!("cargo::rerun-if-changed={}", program.display());
+    }
+    if found.len() == 2 || std::env::var_os("CI").is_some() {
+        println!("cargo::rustc-cfg=pebble");
+    }
+}
