@@ -210,7 +210,7 @@ async fn bad_arguments_are_explained() {
     .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // The rules and bounds of every flag are unit tests of the parser (serve/cli.rs); this is
+    // The rules and bounds of every flag are unit tests of the parser (serve/src/cli/tests.rs); this is
     // what a user sees of one.
     assert!(stderr.contains("--cert and --key go together"), "{stderr}");
     assert!(stderr.contains("--help"), "{stderr}");

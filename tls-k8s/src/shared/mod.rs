@@ -1,6 +1,28 @@
 //! [`SharedSelfSigned`]: one self-signed certificate (and CA) for every replica. The Lease holder
 //! alone checks and, only when needed, generates, writing through fenced compare-and-swap; every
 //! replica serves the Secret through a [`SecretSource`].
+//!
+//! # How it works
+//!
+//! (Feature `self-signed`.) `SharedSelfSigned`, every replica's source: a `LeaseLock`, a
+//! `SecretSource` to serve from, and a writer that runs only while this replica leads):
+//! `plan.rs` decides, pure, on what is stored and `now` (unit tests step the time by hand): per
+//! Lease round one `fence` (the larger of the round and one past any stored round of another
+//! holder, so a recreated Lease never turns it back); the CA Secret's content (`NAME-ca`: signing
+//! CA, an announced `next` with its `switch-after` time, the `previous` until it expires: kept,
+//! announced, switched, replaced); the TLS Secret's (leaf reused while `SelfSigned::check` passes;
+//! `ca.crt` the signing, next and previous CAs; `renew-after`); whether a write is needed; when to
+//! look again (the earliest due time, or hourly, never sooner than `MIN_RENEWAL_GAP`). `state.rs`
+//! reads and writes the CA Secret's keys and annotations. `sealed.rs` puts a Secret's values
+//! through the seal (the CA Secret whole; the TLS Secret's `tls.key` only with `seal_served_key`):
+//! opened as read, noting whether any wants sealing again, and sealed as written. `writer.rs` does
+//! the I/O: reads both Secrets and opens them, asks the plan, writes fenced (sealed), counts
+//! (`WriterStats`) and logs, checks again at the plan's time, on a change of either Secret or when
+//! the key files change; one clock throughout (the generator's), retries with `Backoff`; its
+//! errors (a corrupt CA Secret, state that does not open) are `Err` items of the source. While it
+//! does not lead it checks, on every change of what is sealed, that it could open it
+//! (`StateAccess`), and only then is it a `candidate` for the Lease: a replica with the wrong key
+//! never leads, and a leader that finds the state unopenable steps down.
 
 mod plan;
 mod sealed;

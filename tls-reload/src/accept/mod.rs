@@ -1,5 +1,34 @@
 //! [`Incoming`]: a stream of established TLS connections from a listener, served with the
 //! reloader's certificates; [`TlsConnection`], one of them.
+//!
+//! # How it works
+//!
+//! Feature `accept`, default; here rather than a crate of its own because it is the
+//! reloader's serving half and needs nothing the reloader does not already have but
+//! tokio-rustls): `Incoming`, a `Stream` of established `TlsConnection`s from a `TcpListener` or
+//! any stream of IO: until `Reloader::ready` accepts and closes each connection at once (the
+//! client fails fast; one warn line), then runs each handshake as a task of its own in a
+//! `JoinSet` (time-out 10 s, at most 1,024 at once), skips per-connection accept errors
+//! and pauses with backoff (10 ms to 1 s) on others (EMFILE), ends on the reloader's token or its
+//! own; `axum::serve::Listener` (feature `axum`) and tonic's `Connected` (feature `tonic`).
+//! `Incoming::spawn_each(handler)` takes the same connections without the stream's hand-off:
+//! each handshake's task goes on to run a clone of `handler` on its connection (no wake of the
+//! accepting task, no second task); the slots are a counter whose last release wakes the
+//! accepting task only while they are full; handshakes in progress end on a child of the token
+//! (also cancelled if `spawn_each` is dropped), and it returns a closed `TaskTracker` of the
+//! connections still open, for a drain.
+//! Opt-in recycling (`recycle_after`): each connection notes what the resolver served it, and
+//! `TlsConnection::recycle_signal` fires once that changed and the connection is old enough; the
+//! server calls hyper's `graceful_shutdown` (the `serve` example's `--recycle-after`).
+//! `connection.rs`: with client authentication each `TlsConnection` follows the trust: a
+//! `Lifetime` future, polled from the connection's own reads and writes (so it needs no task and
+//! holds under `axum::serve`) but only when its own waker fired (a read costs two atomics, not a
+//! poll of the trust watch every connection shares), waits for the verifier `TrustConfig` publishes after each removal
+//! of a CA, verifies the client's chain again, and if it fails (a trust close) ends the reads
+//! (HTTP/2 at once; otherwise, by the `Lifetime`'s `Drain`, so a connection that follows no trust does no such work, once nothing was written for `HTTP1_QUIET` and no
+//! request is half answered, so hyper's HTTP/1.1 finishes its response and closes), fires
+//! `close_signal` (graceful) and, after `close_grace`, fails every read and write. `TlsInfo` is what handlers read (peer, SNI,
+//! ALPN, client chain): axum `ConnectInfo`, tonic's connect info, request extensions.
 
 use std::convert::Infallible;
 use std::fmt;

@@ -1,4 +1,8 @@
 //! What the sources give the engine, and which of a batch's items are superseded (latest wins).
+//!
+//! `input.rs`: what the sources give (`Input`, tagged by `Place`) and `superseded`, latest wins
+//! per route, per key and for the trust (only new material supersedes: an error never does).
+//!
 
 use std::collections::HashMap;
 

@@ -1,12 +1,22 @@
 //! The reload engine: every route's state and every decision of the reload core, with no I/O,
-//! no timers and no clock of its own. Inputs and `now` go in ([`Engine::batch`],
-//! [`Engine::due`]); [`Effect`]s come out, in the order they must be applied: install a
+//! no timers and no clock of its own. Inputs and `now` go in ([`Engine::handle`], then
+//! [`Engine::finish`]; [`Engine::due`]); [`Effect`]s come out, in the order they must be applied: install a
 //! certificate, rebuild the SNI table, change the client trust, publish the status, arm or
 //! cancel a timer, emit an event. The task ([`crate::task`]) owns the sources and the timers
 //! and applies the effects; tests drive the engine with a stepped clock.
 //!
 //! The one ordering rule: a batch's status is published last, after its installs and its
 //! table, so that a status never says a certificate is in before the resolver serves it.
+//!
+//! # How it works
+//!
+//! Timers are named by a [`Due`] (a route's retry, expiry warning or expiry; the trust's next
+//! departure), each armed at a `SystemTime`; a due timer called early arms itself again, so
+//! the engine is safe to drive by hand, as its unit tests (`tests.rs`) do with a stepped `now`.
+//! Each route's `RouteStatus`, its `CertInfo` and its label are `Arc`s shared with the
+//! published status and the events: publishing costs a pointer. Checking an input runs in
+//! `catch_unwind`, so a panic rejects that input (`Error::Internal`, reason `internal`) before
+//! anything changes. What each file decides is in its own docs.
 
 mod ahead;
 mod events;

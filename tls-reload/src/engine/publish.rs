@@ -1,6 +1,14 @@
 //! The end of every batch: the SNI table when names changed, readiness, and the batch's status
 //! changes, published last so that a status never says a certificate is in before the
 //! resolver serves it.
+//!
+//! `publish.rs`: the end of a batch (the table if names changed, readiness, `Publish`). Each
+//! keyed source's initial list (`List` in `mod.rs`: unheard, loading after
+//! `KeyedUpdate::Listing`, complete after `Listed`, at a first item of a source that never
+//! announces one, or when it panics) keeps its routes out of the table and, unless
+//! `ready_before_lists`, the engine unready until it is complete: a listed name is never served
+//! a partial list's answer, and the list is one table build.
+//!
 
 use std::sync::Arc;
 

@@ -1,6 +1,12 @@
 //! The routes the engine serves: the static ones (the default and the named SNI routes, fixed
 //! at build), and the keyed ones that come and go with their keys, each in a slab place that a
 //! removed route gives back.
+//!
+//! `routes.rs`: the route slab (static routes first, keyed ones reusing freed places), `Kind`
+//! and its `Rule` (what the route needs beyond the policy: `validate.rs`'s `validate_as`:
+//! `NoClientCa`, `NoNames`, a named route's name, a client identity's roots), the claims index
+//! (each name, the routes that claim it, and its holder), the SNI table build and readiness (a
+//! count of installed keyed routes, not a scan).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -3,6 +3,33 @@
 //! of inputs and each due timer with the clock's `now`, and applies the effects it returns
 //! through an [`Apply`]: the server's resolver and status ([`Server`]), or the client side's
 //! identity ([`ClientTls`](crate::ClientTls)).
+//!
+//! # How it works
+//!
+//! Shared by the server and `ClientTls`. It owns the
+//! sources (one `SelectAll`, each single source without a hook behind `dedup`, each polled through
+//! `catch_unwind`: one that panics is dropped and becomes `Input::Panicked`, its routes marked
+//! `stopped`). Each keyed source runs on a task of its own once the reload task runs (a
+//! `Pump`: a bounded channel of 2,048 items, four of kube's list pages, into the `SelectAll`, so decoding a Secret overlaps
+//! validating the ones before; stopped and awaited before the task reports how it ended, so
+//! "ended" still means "dropped its sources"; aborted if the task is dropped); static routes
+//! are polled in place. `inline.rs`: the engine and the `Apply` sit behind one mutex, shared with each static route's
+//! hook on an `Inline` source's `Handoff` (`tls_source::inline`): a bundle a `FileSource` reads
+//! runs through the engine on the thread that read it (the watcher's), so a rotation waits
+//! neither for a runtime worker to wake nor for a busy runtime, and that thread yields its core
+//! right after the install (`Applier::Inline`), so a handshake sharing the core is served the new
+//! certificate before the events, status and layout that follow. What the hook takes is not
+//! yielded down the stream (each item is delivered once); while anything that went down the
+//! stream has not been handled by the task (the handoff counts what went, the task what it
+//! handled, under the lock), the hook hands later items back too, so an older item never lands
+//! after a newer one. The timers it arms go to the task, which owns them, with a wake of their
+//! own; a panic there ends the task as `Ended::Panicked`. It takes batches of up to 64 items, reads the validator's clock (a clock that panics
+//! is contained: the batch's bundles are rejected, reason `internal`) and applies the effects
+//! through `Apply` (`Server`: the resolver, the trust config, the status channel). `timers.rs`:
+//! one timer per `Due` on tokio time, fired only once the clock reaches its time (a clock behind
+//! tokio's is looked at again after 10 ms, not spun on); a `DelayQueue` panics past about 795
+//! days and a certificate can be valid until 9999, so a timer is armed at most `MAX_TIMER` (a
+//! year) ahead and armed again until it is due. Containment needs `panic = "unwind"`.
 
 mod inline;
 mod timers;

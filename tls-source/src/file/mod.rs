@@ -4,6 +4,77 @@
 //! what a read may pass on ([`FileReader`]); `read.rs` reads the files consistently; `watch.rs`
 //! is the notify fast path and the layout it follows, watched on Linux by `inotify.rs` (our own
 //! inotify reader) and elsewhere by notify; `state.rs` is the loop that ties them.
+//!
+//! # How it works
+//!
+//! `state.rs`: the loop (a `futures::stream::unfold` state machine) and `Reads`, what makes a
+//! read from any thread (it implements `watch.rs`'s `OnEvent`, so the watcher needs nothing of
+//! `state.rs`: the modules depend one way): right after an event that matters, on the watcher's own thread (no hop
+//! through a runtime worker on the way to a rotation); for the poll backstop, a trigger or a
+//! timer, on a blocking thread (`spawn_blocking`); never on a runtime worker. A read offers
+//! what it found to the consumer's hook through the source's `Handoff` first, when one is
+//! attached (what the hook takes never goes down the stream); a read that panics becomes that
+//! read's error item there. Every read sends
+//! what it found and the layout down one channel while it holds the reader, so results arrive
+//! in the order reads happened; dropped, the source discards what is still in flight. With no
+//! hook, it sends what it found first, yields its core once after a change, then works out and
+//! sends the layout, and the loop yields once before following it (moving watches is inotify
+//! calls, through notify's thread where notify watches), so the new certificate is served first. With a hook (which
+//! installed the bundle and yielded right after the install), what it handed back (if anything)
+//! and the layout go in one message, so a rotation wakes the consumer once; the loop follows the
+//! layout at its next poll. The layout is worked out on the reading thread, not
+//! later: until it is, the old generation's paths stay relevant, and the kubelet deletes that
+//! generation right after the swap (a deferred layout cost one more read per rotation).
+//! `reader.rs`: `FileReader`, what a read may pass on: unchanged bytes (compared with the bytes kept from the last read) nothing;
+//! atomic replacements (new inodes) at once; in-place writes (the same files) only after
+//! `in_place_quiet` without change and a re-read that agrees, so a chain written line by line is
+//! never read half-way; one file of the pair replaced alone in a way that cannot make a good
+//! pair (the key alone, or the certificate alone for another key: `half_pair`) waits the same
+//! quiet for the other, so two renames milliseconds apart are one install, not a rejection first; files that went away and came back are new even if inode numbers are
+//! reused; a read that ran out of descriptors (EMFILE) is retried every 250 ms. `read.rs`: the
+//! stable read (each file opened non-blocking and stamped by `fstat`, read, then every path
+//! stamped again; again if a change raced), into named fields (`PerFile`).
+//! `watch.rs`: the watched set follows the layout: each read works out `targets`: each path's
+//! directory (or its nearest existing ancestor), the directory of a directory symlink on the way,
+//! and the directory the path resolves to, each with its (device, inode), and the paths whose
+//! events matter (the configured paths, each link met resolving them, the resolved files: the
+//! end of the resolution, `canonicalize` only where a `..` needs the file system). A kubelet
+//! volume (a `..data` link to a directory beside it; Linux) is one target, in place of its
+//! current generation's directory. `inotify.rs` (Linux) watches: an inotify instance read by a
+//! thread of ours (mio for its wake-up to stop), in place of notify's watcher, for two things
+//! notify cannot do: it asks only for events that can change what is read (no opens, reads or
+//! read-only closes, so our own reads raise none), and it moves a volume's watch on its own
+//! thread: a volume is watched as its directory and the generation `..data` leads to. When an
+//! event names `..data`, the old generation's watch leaves the table and the kernel at once,
+//! before the read (the kubelet removes that generation right after the swap; a watch left on
+//! it had the kernel queue the removal's events and tear the watch down in the writer's own
+//! system calls, about 1% of the time to serve from outside); right after the read (the new
+//! certificate served), the new generation is watched and the files' stamps are checked once
+//! (a write between the read and the new watch is read then): adding the mark before the read
+//! cost the in-process swap its lead. (A directory below the generation, where a key's path
+//! nests as in `sub/tls.crt`, is a target of its own, followed with the layout.) So the
+//! kubelet's writing of the next generation and its removal of the old one raise no events
+//! (a recursive notify watch took about a dozen per rotation, each queued in the writer's own
+//! system calls and waking the watcher beside the handshakes), and `follow` has nothing to move after a rotation. Its table (each descriptor's
+//! directory, each volume's generation) is shared by that thread and `Watching`. Elsewhere
+//! notify's watcher watches, told not to follow links, with the read-only events filtered out
+//! in its handler; both hand the paths an event names to `on_event`. Each
+//! path is looked up once (`lstat`, `readlink` for a link) into `Lookups`, which keeps what the
+//! last layout looked up until an event names the path or a directory above it (the watcher's
+//! handler says so before it filters); a read after an event works the layout out from what is
+//! left (a kubelet rotation: `..data` and the new generation, 5 syscalls, was ~15), any other
+//! read (the first, the poll, a trigger, a recheck) looks everything up again. Every kept path
+//! is absolute and link-free but for its last component, as event paths are, and lies at or
+//! above a relevant path, so an event that would stale it also causes a read; a directory no
+//! watch covers (those above the certificate's directory) changes unseen, as before, and the
+//! poll's fresh read is the backstop. Events on other names are ignored.
+//! `Watching::follow` unwatches what went or was replaced and watches what came, then
+//! re-checks the files by their stamps (`FileReader::unchanged`, a few `stat` calls) and reads
+//! once more only if one changed (what a new watch could have missed); what cannot be watched is
+//! said once and retried with `Backoff`, or every 250 ms when descriptors ran out. Where notify
+//! watches, it logs at info and warn when a watched directory is deleted before it is unwatched
+//! (it removes the watch twice, for the parent's DELETE and for `DELETE_SELF`); serve's default
+//! filter keeps notify at error, a library user's subscriber decides for itself.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -21,6 +21,23 @@
 //! [`Endpoint`] ([`KubeApi::endpoint`]): a partition that hangs or resets only that client's
 //! connections, or a pause that holds its requests and delivers them late, while the other
 //! clients carry on. Each endpoint counts its own requests.
+//!
+//! # The files
+//!
+//! `mod.rs` its
+//! public face: objects put and labelled, faults, restarts, logs; `store.rs` the objects, their
+//! resourceVersions (that only grow), and writes that are atomic as the API server's (of racing
+//! creates one gets 201, the others 409 `AlreadyExists`; an update with a stale resourceVersion
+//! 409 `Conflict`, of a missing object 404); `http.rs` the paths,
+//! the request log, injected faults, create, get, update, merge patch, delete with the API's
+//! Status bodies; `selectors.rs` field and label selectors (set-based too) with the watch cache's
+//! ADDED/DELETED on selection changes, `ignore_selectors` (as kmock: every object of the namespace
+//! is sent); `watches.rs` list and watch with resume, bookmarks, 410 before the compacted
+//! resourceVersion, time-outs, `close_watches` (nothing written after it reaches a stream open
+//! before it), lists in pages (`limit`/`continue` from one snapshot, as kube's
+//! watcher asks for; a continue token older than a compaction is 410 `Expired`); `endpoint.rs`: an `Endpoint` per client, a TCP
+//! proxy on its own port whose `Link` partitions (hang, reset) or pauses (bytes held, delivered
+//! late) that client alone, with its own request log
 
 mod endpoint;
 mod http;
