@@ -98,24 +98,25 @@ impl Reads {
             );
             (Some(Err(error)), None, false)
         });
+        // Every item goes through the handoff, hook or not, so that it counts what goes down
+        // the stream. Still holding the reader: offers come one at a time, in the order of the
+        // items. What a hook takes (a bundle is installed already) never goes down the stream.
+        let item = item.and_then(|item| match item {
+            Ok(Decoded::Bundle(bundle)) => self
+                .config
+                .handoff
+                .offer(Ok(bundle))
+                .map(|item| item.map(Decoded::Bundle)),
+            Ok(certificates @ Decoded::Certificates(_)) => Some(Ok(certificates)),
+            Err(err) => self
+                .config
+                .handoff
+                .offer(Err(err))
+                .map(|item| item.map(Decoded::Bundle)),
+        });
         let found = item.is_some();
         if self.config.handoff.is_attached() {
-            // Still holding the reader: offers come one at a time, in the order of the items.
-            // What the hook takes (a bundle is installed already) never goes down the stream;
-            // what it hands back waits for the layout, and both wake the consumer once.
-            let item = item.and_then(|item| match item {
-                Ok(Decoded::Bundle(bundle)) => self
-                    .config
-                    .handoff
-                    .offer(Ok(bundle))
-                    .map(|item| item.map(Decoded::Bundle)),
-                Ok(certificates @ Decoded::Certificates(_)) => Some(Ok(certificates)),
-                Err(err) => self
-                    .config
-                    .handoff
-                    .offer(Err(err))
-                    .map(|item| item.map(Decoded::Bundle)),
-            });
+            // What the hook handed back waits for the layout, and both wake the consumer once.
             let layout = self.layout(after_event);
             let _ = self.found.send(Found::Read {
                 item,
