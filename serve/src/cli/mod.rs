@@ -37,6 +37,12 @@ const MIN_TIMEOUT: (Duration, &str) = (Duration::from_millis(1), "1ms");
 const MAX_TIMEOUT: (Duration, &str) = (Duration::from_secs(24 * 3600), "1d");
 const NO_OVERLAP: (Duration, &str) = (Duration::ZERO, "0s");
 
+// The flags by help heading, one group per concern; a mode this round adds (a proxy in front of
+// an upstream, a client for outbound mTLS) brings a heading of its own, and today's flags keep
+// their names and meanings.
+const SERVING: &str = "Serving (the listener, readiness, connections, metrics)";
+const SOURCES: &str = "Where the certificate comes from";
+const MTLS: &str = "Client certificates (mTLS)";
 const SEAL: &str =
     "Sealed at rest (with --k8s-shared; keep the key where readers of the Secrets cannot get it)";
 const SNI: &str = "SNI (the certificate chosen above is the default, for every other name)";
@@ -55,71 +61,71 @@ const SELF_SIGNED: &str =
 #[command(name = "serve")]
 pub(crate) struct Cli {
     /// Address to listen on (port 0 picks a free port)
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443",
+    #[arg(long, help_heading = SERVING, value_name = "ADDR", default_value = "127.0.0.1:8443",
           value_parser = address("--listen", "127.0.0.1:8443"))]
     listen: SocketAddr,
     /// Give up (status 1) when no certificate is installed by then
-    #[arg(long, value_name = "DURATION", default_value = "30s",
+    #[arg(long, help_heading = SERVING, value_name = "DURATION", default_value = "30s",
           value_parser = duration("--ready-timeout", MIN_TIMEOUT, MAX_TIMEOUT, "30s or 500ms"))]
     ready_timeout: Duration,
     /// Give up at once when the first read of the certificate fails
-    #[arg(long)]
+    #[arg(long, help_heading = SERVING)]
     fail_fast: bool,
     /// Drop a connection whose TLS handshake takes longer
-    #[arg(long, value_name = "DURATION", default_value = "10s",
+    #[arg(long, help_heading = SERVING, value_name = "DURATION", default_value = "10s",
           value_parser = duration("--handshake-timeout", MIN_TIMEOUT, MAX_TIMEOUT, "10s or 500ms"))]
     handshake_timeout: Duration,
     /// After a rotation, close connections at least this old gracefully, so their clients
     /// reconnect to the new certificate [default: never]
-    #[arg(long, value_name = "DURATION",
+    #[arg(long, help_heading = SERVING, value_name = "DURATION",
           value_parser = duration("--recycle-after", MIN_TIMEOUT, MAX_TIMEOUT, "1m or 500ms"))]
     recycle_after: Option<Duration>,
     /// Require client certificates signed by a CA in the PEM bundle at PATH (followed like the
     /// certificate files)
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, help_heading = MTLS, value_name = "PATH")]
     client_ca: Option<PathBuf>,
     /// How long a CA that leaves the --client-ca file stays trusted [default: 0s]
-    #[arg(long, value_name = "DURATION",
+    #[arg(long, help_heading = MTLS, value_name = "DURATION",
           value_parser = duration("--ca-overlap", NO_OVERLAP, MAX_TIMEOUT, "0s or 10m"))]
     ca_overlap: Option<Duration>,
     /// Serve Prometheus metrics over plain HTTP at http://ADDR/metrics
-    #[arg(long, value_name = "ADDR", value_parser = address("--metrics", "127.0.0.1:9090"))]
+    #[arg(long, help_heading = SERVING, value_name = "ADDR", value_parser = address("--metrics", "127.0.0.1:9090"))]
     metrics: Option<SocketAddr>,
     /// Certificate chain file (PEM, leaf first); needs --key
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, help_heading = SOURCES, value_name = "PATH")]
     cert: Option<PathBuf>,
     /// Private key file (PEM: PKCS#8, PKCS#1 or SEC1)
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, help_heading = SOURCES, value_name = "PATH")]
     key: Option<PathBuf>,
     /// CA bundle file, reported with the certificate
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, help_heading = SOURCES, value_name = "PATH")]
     ca: Option<PathBuf>,
     /// DIR/tls.crt, DIR/tls.key and DIR/ca.crt if present (a mounted Secret)
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, help_heading = SOURCES, value_name = "DIR")]
     cert_dir: Option<PathBuf>,
     /// How often to check the files without an event (10ms to 365d)
-    #[arg(long, value_name = "DURATION", default_value = "10s",
+    #[arg(long, help_heading = SOURCES, value_name = "DURATION", default_value = "10s",
           value_parser = duration("--poll", MIN_POLL, MAX_POLL, "10s or 500ms"))]
     poll: Duration,
     /// Do not watch the directories; poll only
-    #[arg(long)]
+    #[arg(long, help_heading = SOURCES)]
     no_notify: bool,
     /// Watch this kubernetes.io/tls Secret through the API (kubeconfig or in-cluster config;
     /// needs get, list, watch on it)
-    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = namespaced("--k8s-secret"))]
+    #[arg(long, help_heading = SOURCES, value_name = "NAMESPACE/NAME", value_parser = namespaced("--k8s-secret"))]
     k8s_secret: Option<(String, String)>,
     /// One self-signed certificate for every replica, kept in this Secret: the Lease holder
     /// generates and renews it, every replica serves it (the self-signed flags apply; the
     /// status JSON gains `leader`). With --acme-directory: the fleet's ACME state, in Secrets
     /// named NAME-acme-*; the Lease holder orders, every replica serves and answers
-    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = namespaced("--k8s-shared"))]
+    #[arg(long, help_heading = SOURCES, value_name = "NAMESPACE/NAME", value_parser = namespaced("--k8s-shared"))]
     k8s_shared: Option<(String, String)>,
     /// The Lease that elects the writer [default: NAME-writer; with --acme-directory,
     /// NAME-acme]
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, help_heading = SOURCES, value_name = "NAME")]
     lease: Option<String>,
     /// This replica's name in the Lease [default: $POD_NAME, else the host name]
-    #[arg(long, value_name = "ID")]
+    #[arg(long, help_heading = SOURCES, value_name = "ID")]
     identity: Option<String>,
 
     /// Seal the fleet's own state (the CA Secret) with the key in PATH: 32 random bytes in
