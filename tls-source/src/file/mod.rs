@@ -8,7 +8,7 @@
 //! # How it works
 //!
 //! `state.rs`: the loop (a `futures::stream::unfold` state machine) and `Reads`, what makes a
-//! read from any thread (it implements `watch.rs`'s `OnEvent`, so the watcher needs nothing of
+//! read from any thread (it implements `event.rs`'s `OnEvent`, so neither watcher needs anything of
 //! `state.rs`: the modules depend one way): right after an event that matters, on the watcher's own thread (no hop
 //! through a runtime worker on the way to a rotation); for the poll backstop, a trigger or a
 //! timer, on a blocking thread (`spawn_blocking`); never on a runtime worker. A read offers
