@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::Error;
 use crate::challenge::{ChallengeType, Challenges, Dns01Solver, Http01};
+use crate::driver::Profile;
 use crate::driver::{Driver, Tx};
 use crate::order::Trust;
 use crate::status::{AcmeStatus, NameStatus};
@@ -90,6 +91,7 @@ impl Acme {
             stagger: Duration::from_millis(200),
             per_week: DEFAULT_NEW_CERTIFICATES_PER_WEEK,
             answered_at: None,
+            profile: None,
             clock: Arc::new(SystemClock),
             #[cfg(feature = "k8s")]
             fleet: None,
@@ -174,6 +176,7 @@ pub struct AcmeBuilder {
     stagger: Duration,
     per_week: u32,
     answered_at: Option<String>,
+    profile: Option<Profile>,
     clock: Arc<dyn Clock>,
     #[cfg(feature = "k8s")]
     fleet: Option<FleetSettings>,
@@ -303,6 +306,31 @@ impl AcmeBuilder {
     /// limits, or names in many certificates ([`group`](Self::group)), may need another.
     pub fn new_certificates_per_week(mut self, count: u32) -> Self {
         self.per_week = count;
+        self
+    }
+
+    /// Asks the CA for certificates of the profile `name` (draft-ietf-acme-profiles: Let's
+    /// Encrypt's `classic`, `tlsserver`, `shortlived`), when its directory advertises it; when
+    /// it does not, orders get the CA's default profile and each name's status says so
+    /// (`profile_note`). Every order asks again, renewals included; a change applies at the next
+    /// order. See [`require_profile`](Self::require_profile) to refuse the default instead.
+    /// Default: none (the CA's default).
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(Profile {
+            name: name.into(),
+            required: false,
+        });
+        self
+    }
+
+    /// As [`profile`](Self::profile), but a CA that does not advertise `name` gets no order:
+    /// the name fails (state `failed`, not retried until the configuration changes) with an
+    /// error naming the profiles the directory advertises.
+    pub fn require_profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(Profile {
+            name: name.into(),
+            required: true,
+        });
         self
     }
 
@@ -537,6 +565,7 @@ impl AcmeBuilder {
             store,
             challenge: self.challenge,
             answered_at: self.answered_at,
+            profile: self.profile,
             dns01: self.dns01,
             trust,
             provider,

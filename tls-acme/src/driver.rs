@@ -58,6 +58,7 @@ pub(crate) struct Driver {
     pub(crate) store: Arc<dyn AcmeStore>,
     pub(crate) challenge: ChallengeType,
     pub(crate) answered_at: Option<String>,
+    pub(crate) profile: Option<Profile>,
     pub(crate) dns01: Option<Arc<dyn Dns01Solver>>,
     pub(crate) trust: Trust,
     pub(crate) provider: Arc<CryptoProvider>,
@@ -70,6 +71,14 @@ pub(crate) struct Driver {
     pub(crate) random: Random,
     /// Bumped by `Acme::retry_now`.
     pub(crate) retry: watch::Receiver<u64>,
+}
+
+/// The profile orders ask for ([`AcmeBuilder::profile`](crate::AcmeBuilder::profile)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Profile {
+    pub(crate) name: String,
+    /// Refuse to order when the directory does not advertise it.
+    pub(crate) required: bool,
 }
 
 impl fmt::Debug for Driver {
@@ -363,8 +372,13 @@ impl Driver {
     /// The configuration an order of `group` is made with: a failure is kept with it, and
     /// another configuration tries at once.
     fn config_of(&self, group: &[String]) -> String {
+        let profile = match &self.profile {
+            Some(p) if p.required => format!("{}!", p.name),
+            Some(p) => p.name.clone(),
+            None => String::new(),
+        };
         format!(
-            "{}|{}|{}|{}",
+            "{}|{}|{}|{}|{profile}",
             group.join(","),
             self.challenge,
             self.answered_at.as_deref().unwrap_or_default(),
@@ -461,7 +475,7 @@ impl Driver {
                     );
                     let now = self.clock.now();
                     match obtained {
-                        Ok(issued) => {
+                        Ok((issued, profile)) => {
                             in_flight = false;
                             if let Err(e) = self.store.save_cert(name, &issued.stored).await {
                                 tracing::error!(name = %name, error = %e, "cannot store the new ACME certificate; serving it from memory");
@@ -470,6 +484,7 @@ impl Driver {
                                 tracing::warn!(name = %name, error = %e, "cannot forget the completed order");
                             }
                             plan::issued(&mut record, now);
+                            record.profile = profile;
                             tracing::info!(name = %name, not_after = %Rfc3339(issued.held.plan.not_after), "ACME certificate issued");
                             let _ = tx.send(Ok(Keyed {
                                 key: name.clone(),
@@ -562,6 +577,7 @@ impl Driver {
             s.renew_reason = record.renew_reason.filter(|_| held.is_some());
             s.ari_next = record.ari_next.map(from_unix).filter(|_| held.is_some());
             s.last_error.clone_from(&record.last_error);
+            s.profile.clone_from(&record.profile);
         });
     }
 
@@ -599,7 +615,7 @@ impl Driver {
         replaces: Option<&CertificateDer<'static>>,
         renewal: bool,
         in_flight: bool,
-    ) -> Result<Issued, (Error, bool)> {
+    ) -> Result<(Issued, Option<String>), (Error, bool)> {
         let name = &group[0];
         let kept = |e: Error| (e, false);
         let stored = if in_flight {
@@ -617,9 +633,12 @@ impl Driver {
                 None => self.store.forget_in_flight(name).await.map_err(kept)?,
             }
         }
+        let mut asked = None;
         let (mut placed, key_pem) = match resumed {
             Some(resumed) => resumed,
             None => {
+                // Before anything is spent: a profile the CA does not offer may mean no order.
+                let profile = self.profile_for(term, name).map_err(kept)?;
                 if !renewal {
                     self.spend(term, name).await.map_err(kept)?;
                 }
@@ -632,7 +651,12 @@ impl Driver {
                         })
                     })?;
                 let key_pem = key.serialize_pem().into_bytes();
-                let placed = term.ca.place(group, replaces).await.map_err(kept)?;
+                let placed = term
+                    .ca
+                    .place(group, replaces, profile.as_deref())
+                    .await
+                    .map_err(kept)?;
+                asked = profile;
                 // Before any challenge is answered: whoever comes next resumes it.
                 self.store
                     .save_in_flight(
@@ -656,6 +680,8 @@ impl Driver {
                 let spent = matches!(e, Error::Refused { .. } | Error::Rejected { .. });
                 (e, spent)
             })?;
+        // Under the profile the CA says, else the one asked for (a resumed order: the CA's word).
+        let profile = placed.profile().or(asked);
         // Finalized with this key: a certificate that cannot be used ends the order.
         self.check(
             group,
@@ -664,7 +690,43 @@ impl Driver {
                 key_pem,
             },
         )
+        .map(|issued| (issued, profile))
         .map_err(|e| (e, true))
+    }
+
+    /// The profile to ask for: the configured one when the directory advertises it; else the
+    /// CA's default (with a note in the status), or, when it is required, no order: the error
+    /// names what the directory advertises.
+    fn profile_for(&self, term: &Term, name: &str) -> Result<Option<String>, Error> {
+        let Some(profile) = &self.profile else {
+            return Ok(None);
+        };
+        let advertised = term.ca.profiles();
+        if advertised.contains(&profile.name) {
+            self.set(name, |s| s.profile_note = None);
+            return Ok(Some(profile.name.clone()));
+        }
+        let offered = if advertised.is_empty() {
+            "it advertises none".to_owned()
+        } else {
+            format!("it advertises {}", advertised.join(", "))
+        };
+        if profile.required {
+            return Err(Error::Rejected {
+                name: name.to_owned(),
+                reason: format!(
+                    "the profile {} is required, and the CA does not offer it ({offered})",
+                    profile.name
+                ),
+            });
+        }
+        let note = format!(
+            "the CA does not offer the profile {} ({offered}): ordered with its default",
+            profile.name
+        );
+        tracing::warn!(name = %name, profile = %profile.name, "{note}");
+        self.set(name, |s| s.profile_note = Some(note));
+        Ok(None)
     }
 
     /// Takes one first order for `name` from its registered domain's weekly budget, or says

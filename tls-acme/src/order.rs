@@ -329,6 +329,11 @@ impl Placed {
     pub(crate) fn url(&self) -> &str {
         self.0.url()
     }
+
+    /// The profile the CA says the order is under, if it says.
+    pub(crate) fn profile(&mut self) -> Option<String> {
+        self.0.state().profile.clone()
+    }
 }
 
 /// What answering an order's challenges needs: the configured type, where TLS-ALPN-01
@@ -415,6 +420,13 @@ impl Ca {
         self.account.key_thumbprint()
     }
 
+    /// The profiles the directory advertises (draft-ietf-acme-profiles), by name, sorted.
+    pub(crate) fn profiles(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.account.profiles().map(|p| p.name.to_owned()).collect();
+        names.sort();
+        names
+    }
+
     /// Whether the CA offers ARI (as far as known: until it says it does not).
     pub(crate) fn offers_ari(&self) -> bool {
         self.ari.load(Ordering::Relaxed)
@@ -458,13 +470,21 @@ impl Ca {
         (order.state().status != OrderStatus::Invalid).then_some(Placed(order))
     }
 
-    /// Places an order for `group`; with `replaces`, naming that certificate (ARI), and once
-    /// more without if the CA answers `alreadyReplaced`.
+    /// Places an order for `group`, under `profile` when given; with `replaces`, naming that
+    /// certificate (ARI), and once more without if the CA answers `alreadyReplaced`.
     pub(crate) async fn place(
         &self,
         group: &[String],
         replaces: Option<&CertificateDer<'_>>,
+        profile: Option<&str>,
     ) -> Result<Placed, Error> {
+        let new_order = |identifiers| {
+            let order = NewOrder::new(identifiers);
+            match profile {
+                Some(profile) => order.profile(profile),
+                None => order,
+            }
+        };
         let name = &group[0];
         let identifiers: Vec<Identifier> =
             group.iter().map(|n| Identifier::Dns(n.clone())).collect();
@@ -473,17 +493,17 @@ impl Ca {
             Some(id) => {
                 match nonce_safe!(
                     self.account
-                        .new_order(&NewOrder::new(&identifiers).replaces(id.clone()))
+                        .new_order(&new_order(&identifiers).replaces(id.clone()))
                         .await
                 ) {
                     Err(e) if problem_type(&e) == Some("alreadyReplaced") => {
                         tracing::info!(name = %name, "the CA says the certificate was already replaced; ordering without replaces");
-                        nonce_safe!(self.account.new_order(&NewOrder::new(&identifiers)).await)
+                        nonce_safe!(self.account.new_order(&new_order(&identifiers)).await)
                     }
                     other => other,
                 }
             }
-            None => nonce_safe!(self.account.new_order(&NewOrder::new(&identifiers)).await),
+            None => nonce_safe!(self.account.new_order(&new_order(&identifiers)).await),
         };
         order.map(Placed).map_err(|e| self.error(name, e))
     }

@@ -76,6 +76,9 @@ pub(crate) struct Record {
     /// certificate is stale, and is not followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) renewed_under: Option<Window>,
+    /// The profile the certificate was ordered under (none: the CA's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) profile: Option<String>,
 
     /// Fields of later formats, kept as they were.
     #[serde(flatten)]

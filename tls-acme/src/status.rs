@@ -57,6 +57,11 @@ pub struct NameStatus {
     /// show what the leader stored.
     #[serde(serialize_with = "rfc3339")]
     pub decided_at: Option<SystemTime>,
+    /// The profile the served certificate was ordered under (none: the CA's default).
+    pub profile: Option<String>,
+    /// Why the profile asked for ([`AcmeBuilder::profile`](crate::AcmeBuilder::profile)) was
+    /// not used at the last order (the CA does not advertise it), while that holds.
+    pub profile_note: Option<String>,
 }
 
 /// What a certificate is doing.
@@ -109,6 +114,8 @@ impl NameStatus {
             retry_at,
             last_error: record.last_error.clone(),
             decided_at: None,
+            profile: record.profile.clone(),
+            profile_note: None,
         }
     }
 }

@@ -1021,3 +1021,113 @@ async fn rejected_nonces_cost_a_name_nothing() {
     // (Pebble logs every new-order request, those it refused for their nonce too: its count
     // of orders is not the number created here.)
 }
+
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_is_asked_for_on_the_first_order_and_on_every_renewal() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Short certificates, so that a renewal comes within the test.
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .validity(Duration::from_secs(12))
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
+    let layer = pebble.layer().await;
+    layer.advertise_profiles(&["classic", "shortlived", "tlsserver"]);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path())
+            .name("profile.example.com")
+            .profile("shortlived"),
+        listener,
+    );
+    let first = server.until("issued", all_valid).await;
+    let name = &first.names["profile.example.com"];
+    assert_eq!(name.profile.as_deref(), Some("shortlived"), "{first:#?}");
+    assert!(name.profile_note.is_none(), "{first:#?}");
+    let first_end = name.not_after.unwrap();
+    server
+        .until("renewed", |s| {
+            s.names["profile.example.com"]
+                .not_after
+                .is_some_and(|t| t > first_end)
+        })
+        .await;
+    let asked = layer.order_profiles();
+    assert!(asked.len() >= 2, "a first order and a renewal: {asked:?}");
+    assert!(
+        asked.iter().all(|p| p.as_deref() == Some("shortlived")),
+        "every order asks for the profile: {asked:?}"
+    );
+}
+
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_the_ca_does_not_offer_is_the_cas_default_when_preferred_and_no_order_when_required()
+ {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let pebble = Pebble::builder()
+        .tls_port(port)
+        .start()
+        .await
+        .expect("Pebble is installed (the test is ignored otherwise)");
+    let layer = pebble.layer().await;
+    layer.advertise_profiles(&["classic", "shortlived"]);
+    // Preferred: ordered with the CA's default, and the status says why.
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path())
+            .name("preferred.example.com")
+            .profile("nosuch"),
+        listener,
+    );
+    let issued = server.until("issued", all_valid).await;
+    let name = &issued.names["preferred.example.com"];
+    assert_eq!(name.profile, None, "{issued:#?}");
+    let note = name.profile_note.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("nosuch") && note.contains("classic, shortlived"),
+        "{note}"
+    );
+    assert_eq!(layer.order_profiles(), [None]);
+    drop(server);
+
+    // Required: no order at all, and the error names what the directory advertises.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap(); // no order: no validation
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path())
+            .name("required.example.com")
+            .require_profile("nosuch"),
+        listener,
+    );
+    let failed = server
+        .until("refused", |s| {
+            s.names
+                .get("required.example.com")
+                .is_some_and(|n| n.state == NameState::Failed)
+        })
+        .await;
+    let error = failed.names["required.example.com"]
+        .last_error
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        error.contains("nosuch") && error.contains("classic, shortlived"),
+        "{error}"
+    );
+    assert_eq!(
+        layer.order_profiles().len(),
+        1,
+        "no order for the required one"
+    );
+}

@@ -20,6 +20,10 @@ struct Faults {
     rate_limit_next_order: Option<Duration>,
     damage_next_certificate: bool,
     orders_replacing: usize,
+    /// The profiles the directory advertises (draft-ietf-acme-profiles); none: no `profiles`.
+    profiles: Option<Vec<String>>,
+    /// Each new order's `profile`, in order.
+    order_profiles: Vec<Option<String>>,
     renewal_info_requests: usize,
     /// Every request the layer answered or forwarded.
     requests: usize,
@@ -126,6 +130,17 @@ impl AcmeLayer {
         retry_after: Duration,
     ) {
         self.faults().ari = Some((start, end, retry_after));
+    }
+
+    /// Advertises the profiles `names` in the directory's `meta` (what Pebble 2.4 lacks); a new
+    /// order asking for another is refused with `invalidProfile`.
+    pub fn advertise_profiles(&self, names: &[&str]) {
+        self.faults().profiles = Some(names.iter().map(|n| (*n).to_owned()).collect());
+    }
+
+    /// The `profile` each new order asked for, in the order they came (`None`: none asked).
+    pub fn order_profiles(&self) -> Vec<Option<String>> {
+        self.faults().order_profiles.clone()
     }
 
     /// A new order that says it `replaces` a certificate is answered `alreadyReplaced` (409).
@@ -246,17 +261,43 @@ impl Forward {
             return std::future::pending().await;
         }
         if path == "/order-plz" {
-            let replaces = jws_payload(&body).is_some_and(|p| p.get("replaces").is_some());
-            let (limited, already) = {
+            let payload = jws_payload(&body);
+            let replaces = payload
+                .as_ref()
+                .is_some_and(|p| p.get("replaces").is_some());
+            let profile = payload
+                .as_ref()
+                .and_then(|p| p.get("profile"))
+                .and_then(|p| p.as_str())
+                .map(str::to_owned);
+            let (limited, already, unknown_profile) = {
                 let mut faults = self.faults();
                 if replaces {
                     faults.orders_replacing += 1;
                 }
+                faults.order_profiles.push(profile.clone());
+                let unknown = profile.filter(|p| {
+                    !faults
+                        .profiles
+                        .as_ref()
+                        .is_some_and(|advertised| advertised.contains(p))
+                });
                 (
                     faults.rate_limit_next_order.take(),
                     replaces && faults.already_replaced,
+                    unknown,
                 )
             };
+            if let Some(profile) = unknown_profile {
+                return self
+                    .problem(
+                        400,
+                        "invalidProfile",
+                        &format!("the profile {profile} is not offered (the test layer)"),
+                        None,
+                    )
+                    .await;
+            }
             if let Some(wait) = limited {
                 return self
                     .problem(
@@ -293,11 +334,27 @@ impl Forward {
                     .unwrap_or_default();
             }
         };
-        if path == "/dir" && self.faults().ari.is_some() {
+        let (ari, profiles) = {
+            let faults = self.faults();
+            (faults.ari.is_some(), faults.profiles.clone())
+        };
+        if path == "/dir" && (ari || profiles.is_some()) {
             let (parts, body) = response.into_parts();
             let mut directory: serde_json::Value =
                 serde_json::from_slice(&body).unwrap_or_default();
-            directory["renewalInfo"] = format!("https://{host}/renewal-info/").into();
+            if ari {
+                directory["renewalInfo"] = format!("https://{host}/renewal-info/").into();
+            }
+            if let Some(profiles) = profiles {
+                let described: serde_json::Map<String, serde_json::Value> = profiles
+                    .into_iter()
+                    .map(|p| {
+                        let about = format!("the {p} profile (the test layer)");
+                        (p, about.into())
+                    })
+                    .collect();
+                directory["meta"]["profiles"] = described.into();
+            }
             let body = serde_json::to_vec(&directory).unwrap_or_default();
             let mut parts = parts;
             parts.headers.remove(hyper::header::CONTENT_LENGTH);
