@@ -19,7 +19,8 @@
 //!        [--acme-email ADDR] [--acme-directory-ca PATH]
 //!        [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
 //!        [--acme-eab-kid ID --acme-eab-key B64URL]
-//!        [--acme-weekly-limit N]]
+//!        [--acme-weekly-limit N]
+//!        [--acme-profile NAME | --acme-profile-required NAME]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -66,8 +67,11 @@
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
 //!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
 //!   "failed", "not_after": …, "renew_after": …, "renew_reason": "lifetime"|"ari", "ari_next":
-//!   …, "retry_at": …, "last_error": …, "decided_at": …}}}`, with `account_error` and `account_replaced` when
-//!   there is something to say. `--acme-weekly-limit N` caps first orders per registered
+//!   …, "retry_at": …, "last_error": …, "decided_at": …, "profile": …, "profile_note": …}}}`,
+//!   with `account_error` and `account_replaced` when
+//!   there is something to say. `--acme-profile NAME` asks the CA for that profile when it offers
+//!   it (`--acme-profile-required NAME`: nothing is ordered when it does not).
+//!   `--acme-weekly-limit N` caps first orders per registered
 //!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
 //!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
 //!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.

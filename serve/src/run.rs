@@ -313,6 +313,11 @@ async fn acme(
         .challenge(options.challenge)
         .answered_at(answered_at.to_string())
         .new_certificates_per_week(options.weekly_limit);
+    builder = match &options.profile {
+        Some((name, true)) => builder.require_profile(name),
+        Some((name, false)) => builder.profile(name),
+        None => builder,
+    };
     builder = match &options.state {
         AcmeState::Dir(dir) => builder.state_dir(dir),
         AcmeState::Fleet {

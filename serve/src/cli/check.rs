@@ -72,6 +72,8 @@ impl Cli {
                 challenge: self.acme_challenge,
                 http_listen: self.acme_http_listen,
                 weekly_limit: self.acme_weekly_limit,
+                profile: self.acme_profile,
+                profile_required: self.acme_profile_required,
                 eab_kid: self.acme_eab_kid,
                 eab_key: self.acme_eab_key,
             },
@@ -173,6 +175,8 @@ impl Cli {
                 || flags.state.is_some()
                 || flags.challenge.is_some()
                 || flags.http_listen.is_some()
+                || flags.profile.is_some()
+                || flags.profile_required.is_some()
                 || flags.eab_kid.is_some()
                 || flags.eab_key.is_some();
             if given {
@@ -206,6 +210,17 @@ impl Cli {
                 return Err("--acme-http-listen goes with --acme-challenge http-01".into());
             }
         }
+        let profile = match (flags.profile, flags.profile_required) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "--acme-profile and --acme-profile-required do not go together: give one"
+                        .into(),
+                );
+            }
+            (Some(name), None) => Some((name, false)),
+            (None, Some(name)) => Some((name, true)),
+            (None, None) => None,
+        };
         let eab = match (flags.eab_kid, flags.eab_key) {
             (Some(kid), Some(key)) => Some((kid, eab_key(&key.0)?)),
             (None, None) => None,
@@ -268,6 +283,7 @@ impl Cli {
             challenge,
             http_listen: flags.http_listen,
             weekly_limit: flags.weekly_limit,
+            profile,
             eab,
         }))
     }
@@ -297,6 +313,8 @@ struct AcmeFlags {
     challenge: Option<ChallengeType>,
     http_listen: Option<SocketAddr>,
     weekly_limit: u32,
+    profile: Option<String>,
+    profile_required: Option<String>,
     eab_kid: Option<String>,
     eab_key: Option<Secret>,
 }

@@ -11,7 +11,8 @@ use clap::{CommandFactory as _, Parser};
 use tls_rotation::acme::ChallengeType;
 pub(crate) use values::EabKey;
 use values::{
-    Secret, acme_challenge, address, duration, eab_key, namespace, namespaced, secret, sni_route,
+    Secret, acme_challenge, address, duration, eab_key, namespace, namespaced, profile, secret,
+    sni_route,
 };
 
 /// serve's crypto provider, by its features: aws-lc-rs by default (X25519MLKEM768, the
@@ -171,6 +172,16 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "N", default_value_t = tls_rotation::acme::DEFAULT_NEW_CERTIFICATES_PER_WEEK,
           help_heading = ACME)]
     acme_weekly_limit: u32,
+    /// Ask the CA for certificates of this profile (e.g. Let's Encrypt's classic, tlsserver,
+    /// shortlived), on renewal too, when its directory advertises it; otherwise the CA's
+    /// default, with a note in the status
+    #[arg(long, value_name = "NAME", value_parser = profile("--acme-profile"), help_heading = ACME)]
+    acme_profile: Option<String>,
+    /// As --acme-profile, but order nothing when the CA does not advertise it (the status
+    /// names the profiles it does)
+    #[arg(long, value_name = "NAME", value_parser = profile("--acme-profile-required"),
+          help_heading = ACME)]
+    acme_profile_required: Option<String>,
     /// External account binding: the key id the CA gave (needs --acme-eab-key)
     #[arg(long, value_name = "ID", help_heading = ACME)]
     acme_eab_kid: Option<String>,
@@ -279,6 +290,8 @@ pub(crate) struct AcmeArgs {
     pub(crate) http_listen: Option<SocketAddr>,
     /// `--acme-weekly-limit`: first orders per registered domain in any seven days.
     pub(crate) weekly_limit: u32,
+    /// `--acme-profile NAME` (`false`) or `--acme-profile-required NAME` (`true`).
+    pub(crate) profile: Option<(String, bool)>,
     /// External account binding: the key id and the HMAC key.
     pub(crate) eab: Option<(String, EabKey)>,
 }

@@ -625,3 +625,53 @@ fn help_lists_every_flag() {
     assert_eq!(err.exit_code(), 0, "--help is not an error");
     Cli::command().debug_assert();
 }
+
+#[test]
+fn an_acme_profile_is_preferred_or_required_and_never_both() {
+    let base = [
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-domain",
+        "a.example.com",
+        "--acme-state",
+        "/var/lib/acme",
+    ];
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        base.iter().chain(extra).copied().collect()
+    }
+    let acme = parse(&with(&base, &[])).unwrap().acme.unwrap();
+    assert_eq!(acme.profile, None, "the CA's default unless asked");
+    let acme = parse(&with(&base, &["--acme-profile", "shortlived"]))
+        .unwrap()
+        .acme
+        .unwrap();
+    assert_eq!(acme.profile, Some(("shortlived".into(), false)));
+    let acme = parse(&with(&base, &["--acme-profile-required", "tlsserver"]))
+        .unwrap()
+        .acme
+        .unwrap();
+    assert_eq!(acme.profile, Some(("tlsserver".into(), true)));
+    refused(
+        &with(
+            &base,
+            &[
+                "--acme-profile",
+                "shortlived",
+                "--acme-profile-required",
+                "tlsserver",
+            ],
+        ),
+        "--acme-profile-required",
+        "do not go together",
+    );
+    refused(
+        &with(&base, &["--acme-profile", ""]),
+        "--acme-profile",
+        "profile name",
+    );
+    refused(
+        &["--acme-profile", "shortlived"],
+        "--acme-*",
+        "go with --acme-directory",
+    );
+}

@@ -90,6 +90,20 @@ pub(super) fn address(
     }
 }
 
+/// An ACME profile's name, for `flag`: one token, as a directory advertises it.
+pub(super) fn profile(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
+    move |v| {
+        if v.is_empty() || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "{flag} {v:?}: expected a profile name such as shortlived"
+            ));
+        }
+        Ok(v.to_owned())
+    }
+}
+
 /// `NAMESPACE/NAME`, for `flag`.
 pub(super) fn namespaced(
     flag: &'static str,
