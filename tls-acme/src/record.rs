@@ -208,16 +208,25 @@ mod tests {
             renew_reason: Some(RenewReason::Ari),
             ..Record::default()
         };
+        record.profile = Some("shortlived".into());
         record
             .other
-            .insert("profile".into(), serde_json::json!("tlsserver"));
+            .insert("issuer".into(), serde_json::json!("https://ca.example/dir"));
         let json = record.to_json();
         let old: ScheduleV1 = serde_json::from_slice(&json).expect("an earlier reader");
         assert_eq!(old.retry_at, Some(1_800_000_060));
         assert_eq!(old.failures, 1);
         assert_eq!(old.failed_for.as_deref(), Some("a.example.com|tls-alpn-01"));
         let back = Record::from_json(&json).unwrap();
-        assert_eq!(back.other["profile"], "tlsserver", "a later field is kept");
+        assert_eq!(
+            back.other["issuer"], "https://ca.example/dir",
+            "a later field is kept"
+        );
+        assert_eq!(
+            back.profile.as_deref(),
+            Some("shortlived"),
+            "the profile is kept"
+        );
         assert_eq!(back.version, FORMAT);
         assert_eq!(back.jitter, Some(0.25));
         assert_eq!(Record::from_json(&back.to_json()).unwrap(), back);
