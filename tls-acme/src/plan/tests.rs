@@ -827,3 +827,24 @@ fn the_stagger_spaces_the_orders_at_start_and_saturates() {
     assert_eq!(times[3], now + Duration::from_millis(600));
     assert_eq!(staggered(now, Duration::MAX, 3), latest());
 }
+
+/// A profile changes the lifetime the CA issues (Let's Encrypt's `classic` 90 days, `shortlived`
+/// about 6): the plan follows the certificate held, so after a change of profile the next
+/// certificate renews by its own lifetime, half of 6 days, not by the 90 days before it.
+#[test]
+fn a_change_of_profile_renews_by_the_new_certificates_lifetime() {
+    let now = start();
+    let classic = held("classic", now, 90 * DAY);
+    let mut record = Record::default();
+    let renew = wait_until(step(&mut record, &classic, &LIFETIME, now, 0.0));
+    assert_eq!(renew, by_lifetime(&classic, 0.0));
+    // Renewed under shortlived: 6 days, renewed with half of it left.
+    issued(&mut record, renew);
+    let shortlived = held("shortlived", renew, 6 * DAY);
+    let next_renewal = wait_until(step(&mut record, &shortlived, &LIFETIME, renew, 0.0));
+    assert_eq!(next_renewal, renew + 3 * DAY);
+    assert!(
+        next_renewal < renew + (90 * DAY) / 3,
+        "not the classic rule"
+    );
+}
