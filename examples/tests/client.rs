@@ -1,18 +1,11 @@
 //! The `client` example as a user runs it, against `serve` requiring client certificates: one
 //! pooled reqwest client whose identity directory rotates while it makes requests.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 
-use tls_test::{KubeDir, PATIENCE, TestCa, TestCert};
+use tls_test::{KubeDir, PATIENCE, TestCa, TestCert, example};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    profile_dir.join("examples").join(name)
-}
 
 fn write(kube: &KubeDir, cert: &TestCert, ca: &TestCa) {
     kube.write(&[

@@ -2,19 +2,12 @@
 //! directory, a request, a rotation seen by a fresh client, and a graceful stop.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tls_test::{KubeDir, PATIENCE, TestCa, TestCert};
+use tls_test::{KubeDir, PATIENCE, TestCa, TestCert, example};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, Command};
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    profile_dir.join("examples").join(name)
-}
 
 fn write(kube: &KubeDir, cert: &TestCert) {
     kube.write(&[

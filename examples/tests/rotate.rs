@@ -4,22 +4,8 @@
 //! `cargo test --workspace` builds the examples before it runs this; the binaries are found
 //! beside the test binary (`target/<profile>/examples/`).
 
-use std::path::PathBuf;
-
-use tls_test::Serve;
+use tls_test::{Serve, example};
 use tokio::process::Command;
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let path = profile_dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test --workspace` (or `cargo build --examples`) first",
-        path.display()
-    );
-    path
-}
 
 /// `rotate DIR ARGS…`, which must succeed.
 async fn rotate(dir: &std::path::Path, args: &[&str]) {

@@ -1464,9 +1464,8 @@ async fn acme_certificates_are_served_as_routes_and_a_restart_orders_nothing() {
     let port = free_port();
     let pebble = tls_test::Pebble::builder()
         .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let state = tempfile::tempdir().unwrap();
     let (listen, directory, ca) = (
         format!("127.0.0.1:{port}"),
@@ -1553,9 +1552,8 @@ async fn acme_after_a_failed_validation_a_fixed_listen_flag_orders_at_once() {
     let port = free_port();
     let pebble = tls_test::Pebble::builder()
         .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let state = tempfile::tempdir().unwrap();
     let (directory, ca) = (pebble.directory_url(), pebble.https_ca_file());
     let args = |listen: &str| -> Vec<String> {
@@ -1634,9 +1632,8 @@ async fn acme_http_01_is_answered_on_its_own_port() {
     let http_port = free_port();
     let pebble = tls_test::Pebble::builder()
         .http_port(http_port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let state = tempfile::tempdir().unwrap();
     let metrics = format!("127.0.0.1:{}", free_port());
     let (http, directory, ca) = (
@@ -1693,9 +1690,8 @@ async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_o
     let port = free_port();
     let pebble = tls_test::Pebble::builder()
         .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let names = ["a.example.com", "b.example.com"];
     pebble
         .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))

@@ -145,11 +145,7 @@ async fn fleet(api: &KubeApi, ca: (&Pebble, &str), port: u16, names: &[&str]) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_nothing() {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let names = ["a.example.com", "b.example.com", "c.example.com"];
     // The CA validates a at replica 2, b at replica 3, c at the leader.
     pebble.add_a(names[0], Ipv4Addr::new(127, 0, 0, 2)).await;
@@ -228,11 +224,7 @@ async fn a_fleet_orders_each_name_once_followers_answer_and_a_restart_orders_not
 /// Returns how many orders Pebble saw.
 async fn leader_killed_at(path: &str, forwarded: bool) -> usize {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let name = "d.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let layer = pebble.layer().await;
@@ -323,11 +315,7 @@ async fn a_leader_killed_before_storing_the_url_the_ca_answered_costs_one_more_o
 async fn an_account_secret_deleted_is_registered_again_by_the_next_leader_and_every_status_says_so()
 {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let name = "e.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let api = KubeApi::start().await;
@@ -382,11 +370,7 @@ fn secret_value(api: &KubeApi, name: &str, key: &str) -> Option<Vec<u8>> {
 async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_leader_opens_them()
 {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let name = "s.example.com";
     pebble.add_a(name, Ipv4Addr::new(127, 0, 0, 2)).await;
     let layer = pebble.layer().await;
@@ -454,11 +438,7 @@ async fn with_a_seal_the_account_and_the_order_keys_are_stored_sealed_and_a_new_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_given_a_seal_that_adopts_unsealed_state_seals_its_stored_account() {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let name = "m.example.com";
     let api = KubeApi::start().await;
     let directory = pebble.directory_url();
@@ -521,11 +501,7 @@ async fn a_fleet_given_a_seal_that_adopts_unsealed_state_seals_its_stored_accoun
 async fn the_weekly_budget_holds_across_leaders_killed_in_turn_and_no_spend_is_lost() {
     const LIMIT: u32 = 3;
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let (a, b, c, d) = (
         "a.example.com",
         "b.example.com",
@@ -618,11 +594,7 @@ fn stored_spends(api: &KubeApi) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn orders_placed_at_once_each_get_their_challenge_published_to_every_replica() {
     let port = tls_test::free_port().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let names: Vec<String> = (0..16).map(|i| format!("p{i}.example.com")).collect();
     for (i, name) in names.iter().enumerate() {
         let follower = if i % 2 == 0 { 2 } else { 3 };

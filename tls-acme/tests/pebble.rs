@@ -47,11 +47,7 @@ fn client_at(directory: &str, pebble: &Pebble, state: &Path) -> AcmeBuilder {
 async fn tls_alpn_01_issues_every_name_and_a_restart_serves_what_is_stored_ordering_nothing() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let state = tempfile::tempdir().unwrap();
     let names = ["a.example.com", "b.example.com", "c.example.net"];
     let mut builder = client(&pebble, state.path());
@@ -137,9 +133,8 @@ async fn http_01_answered_by_the_tower_service_mounted_in_axum() {
     let http_port = http.local_addr().unwrap().port();
     let pebble = Pebble::builder()
         .http_port(http_port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let state = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = Server::start(
@@ -179,10 +174,7 @@ impl Dns01Solver for Challtestsrv {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_01_issues_a_wildcard_through_the_solver() {
-    let pebble = Pebble::builder()
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().start_required().await;
     let pebble = Arc::new(pebble);
     let state = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -220,11 +212,7 @@ async fn dns_01_issues_a_wildcard_through_the_solver() {
 async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_are_served() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     // The CA's validator is sent where nothing listens.
     pebble
         .add_a("broken.example.com", Ipv4Addr::new(127, 0, 0, 9))
@@ -296,9 +284,8 @@ async fn short_certificates_are_renewed_before_they_expire_with_no_failed_handsh
     let pebble = Pebble::builder()
         .tls_port(port)
         .validity(Duration::from_secs(12))
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(
         client(&pebble, state.path()).name("short.example.com"),
@@ -346,10 +333,7 @@ async fn short_certificates_are_renewed_before_they_expire_with_no_failed_handsh
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_that_is_not_acme_or_not_trusted_is_reported_and_nothing_is_stored() {
-    let pebble = Pebble::builder()
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().start_required().await;
     // Pebble's own HTTPS, but not its directory.
     let state = tempfile::tempdir().unwrap();
     let not_acme = format!("https://localhost:{}/roots/0", pebble.addr().port());
@@ -409,11 +393,7 @@ async fn a_directory_that_is_not_acme_or_not_trusted_is_reported_and_nothing_is_
 async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(
         client(&pebble, state.path()).name("d.example.com"),
@@ -451,11 +431,7 @@ async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
 async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let state = tempfile::tempdir().unwrap();
     let stored = ["a.example.com", "b.example.com"];
     let mut builder = client(&pebble, state.path());
@@ -497,11 +473,7 @@ async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones
 async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_is_reordered() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let state = tempfile::tempdir().unwrap();
     let start = |listener| {
         Server::start(
@@ -557,11 +529,7 @@ async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_i
 async fn a_stagger_too_large_for_the_clock_waits_instead_of_stopping_the_driver() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let state = tempfile::tempdir().unwrap();
     // The second name's start is Duration::MAX away: saturated at the end of 9999.
     let builder = client(&pebble, state.path())
@@ -596,11 +564,7 @@ async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_
  {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let layer = pebble.layer().await;
     let now = SystemTime::now();
     let (start, end) = (now + Duration::from_secs(4), now + Duration::from_secs(6));
@@ -657,11 +621,7 @@ async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_
 async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_go_on() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let layer = pebble.layer().await;
     layer.rate_limit_next_order(Duration::from_secs(7200));
     let state = tempfile::tempdir().unwrap();
@@ -716,11 +676,7 @@ async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_
 async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_nothing_served() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let layer = pebble.layer().await;
     layer.damage_next_certificate();
     let state = tempfile::tempdir().unwrap();
@@ -766,11 +722,7 @@ async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_no
 async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_across_restarts() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let state = tempfile::tempdir().unwrap();
     let names = [
         "a.example.co.uk",
@@ -839,11 +791,7 @@ async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_ac
 async fn a_failed_validation_is_tried_at_once_after_the_configuration_changes() {
     let right = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = right.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     drop(right);
     let wrong = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let wrong_addr = wrong.local_addr().unwrap();
@@ -910,11 +858,7 @@ async fn a_failed_validation_is_tried_at_once_after_the_configuration_changes() 
 async fn retry_now_tries_a_failed_name_again_once_the_cas_limits_allow() {
     let right = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = right.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     drop(right);
     let clock = Arc::new(tls_source::clock::SteppedClock::starting_at(
         SystemTime::now(),
@@ -982,9 +926,8 @@ async fn rejected_nonces_cost_a_name_nothing() {
     let pebble = Pebble::builder()
         .tls_port(port)
         .nonce_reject(20)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let names: Vec<String> = (0..20).map(|i| format!("n{i}.example.com")).collect();
     let state = tempfile::tempdir().unwrap();
     let mut builder = client(&pebble, state.path());
@@ -1034,9 +977,8 @@ async fn a_profile_is_asked_for_on_the_first_order_and_on_every_renewal() {
     let pebble = Pebble::builder()
         .tls_port(port)
         .validity(Duration::from_secs(12))
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+        .start_required()
+        .await;
     let layer = pebble.layer().await;
     layer.advertise_profiles(&["classic", "shortlived", "tlsserver"]);
     let state = tempfile::tempdir().unwrap();
@@ -1075,11 +1017,7 @@ async fn a_profile_the_ca_does_not_offer_is_the_cas_default_when_preferred_and_n
  {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .start()
-        .await
-        .expect("Pebble is installed (the test is ignored otherwise)");
+    let pebble = Pebble::builder().tls_port(port).start_required().await;
     let layer = pebble.layer().await;
     layer.advertise_profiles(&["classic", "shortlived"]);
     // Preferred: ordered with the CA's default, and the status says why.

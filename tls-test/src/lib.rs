@@ -41,6 +41,26 @@ pub fn provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
     std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// The example binary `name`, built beside the running test binary
+/// (`target/<profile>/examples/NAME`): what the examples' tests run.
+///
+/// # Panics
+/// When it is not there (the examples were not built: `cargo test --workspace` builds them).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test --workspace` (or `cargo build --examples`) first",
+        path.display()
+    );
+    path
+}
+
 /// How long tests wait for something that should happen in milliseconds.
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
 

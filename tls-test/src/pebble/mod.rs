@@ -76,6 +76,18 @@ impl PebbleBuilder {
         };
         Some(Pebble::spawn(self, &pebble, &challtestsrv).await)
     }
+
+    /// [`start`](Self::start) for a test that needs Pebble: such a test is
+    /// `#[cfg_attr(not(pebble), ignore)]` (the `cfg` tls-acme's build script sets when Pebble
+    /// is installed or `CI` is set), so that it runs only where Pebble is expected.
+    ///
+    /// # Panics
+    /// When Pebble is not installed, or it does not start.
+    pub async fn start_required(self) -> Pebble {
+        self.start().await.unwrap_or_else(|| {
+            panic!("Pebble is needed: {INSTALL} (the test is ignored where it is not installed)")
+        })
+    }
 }
 
 /// A running Pebble with its DNS server, stopped when dropped.
