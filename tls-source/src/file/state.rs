@@ -102,16 +102,12 @@ impl Reads {
         // the stream. Still holding the reader: offers come one at a time, in the order of the
         // items. What a hook takes (a bundle is installed already) never goes down the stream.
         let item = item.and_then(|item| match item {
-            Ok(Decoded::Bundle(bundle)) => self
-                .config
-                .handoff
-                .offer(Ok(bundle))
-                .map(|item| item.map(Decoded::Bundle)),
+            // A CA file's certificates: no consumer takes those inline.
             Ok(certificates @ Decoded::Certificates(_)) => Some(Ok(certificates)),
-            Err(err) => self
+            bundle_or_error => self
                 .config
                 .handoff
-                .offer(Err(err))
+                .offer(bundle_or_error.map(Decoded::into_bundle))
                 .map(|item| item.map(Decoded::Bundle)),
         });
         let found = item.is_some();
