@@ -1,5 +1,5 @@
 //! The weekly budget of first orders, pure: a sliding week per registered domain (by the public
-//! suffix list). A value the store keeps (`budget.json`, the format every version has written:
+//! suffix list; an IPv4 address alone, an IPv6 address by its /64). A value the store keeps (`budget.json`, the format every version has written:
 //! a map from registered domain to the times of its first orders, seconds since the epoch), so
 //! that a restart, or a fleet's next leader, continues from what was last written.
 
@@ -74,8 +74,12 @@ impl Budget {
 }
 
 /// The registered domain of `name` (its public suffix and one label more, by the public
-/// suffix list), or the name itself when the list does not say.
+/// suffix list), or the name itself when the list does not say; for an IP address what the CA
+/// counts it under (the IPv4 address, the IPv6 /64: the list means nothing there).
 pub(crate) fn registered_domain(name: &str) -> String {
+    if let Some(ip) = crate::ip::address(name) {
+        return crate::ip::budget_key(ip);
+    }
     let bare = name.trim_start_matches("*.");
     psl::domain_str(bare).unwrap_or(bare).to_owned()
 }
@@ -96,6 +100,9 @@ mod tests {
             ("www.example.co.uk", "example.co.uk"),
             ("user.github.io", "user.github.io"),
             ("example.com", "example.com"),
+            ("192.0.2.7", "192.0.2.7"),
+            ("2001:db8::7", "2001:db8::/64"),
+            ("2001:db8::1:0:0:8", "2001:db8::/64"),
         ] {
             assert_eq!(registered_domain(name), domain, "{name}");
         }
@@ -127,6 +134,21 @@ mod tests {
             .expect("example.org");
         assert_eq!(budget.spent("example.com", at(600)), 3);
         assert_eq!(budget.total(at(600)), 4);
+        // Addresses: each IPv4 address alone, IPv6 by its /64.
+        budget.spend("192.0.2.7", 1, at(600)).expect("192.0.2.7");
+        budget
+            .spend("192.0.2.8", 1, at(600))
+            .expect("another address");
+        budget
+            .spend("2001:db8::7", 1, at(600))
+            .expect("2001:db8::7");
+        let spent = budget
+            .spend("2001:db8::8", 1, at(600))
+            .expect_err("the same /64");
+        assert_eq!(spent.domain, "2001:db8::/64");
+        budget
+            .spend("2001:db8:0:1::7", 1, at(600))
+            .expect("another /64");
     }
 
     #[test]

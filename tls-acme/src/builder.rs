@@ -230,7 +230,10 @@ impl AcmeBuilder {
         self
     }
 
-    /// A name with a certificate of its own (the default: one certificate per name).
+    /// A name with a certificate of its own (the default: one certificate per name): a DNS
+    /// name, a wildcard (`*.example.com`, DNS-01 only) or an IP address (`192.0.2.7`,
+    /// `2001:db8::7`: RFC 8738, TLS-ALPN-01 or HTTP-01 only; kept and shown in its canonical
+    /// text).
     pub fn name(self, name: impl Into<String>) -> Self {
         self.group([name.into()])
     }
@@ -241,7 +244,7 @@ impl AcmeBuilder {
         self.groups.push(
             names
                 .into_iter()
-                .map(|n| n.into().to_ascii_lowercase())
+                .map(|n| crate::ip::normalize(&n.into()))
                 .collect(),
         );
         self
@@ -531,6 +534,11 @@ impl AcmeBuilder {
         let mut seen = HashSet::new();
         for name in self.groups.iter().flatten() {
             check_name(name)?;
+            if self.challenge == ChallengeType::Dns01 && crate::ip::address(name).is_some() {
+                return Err(config(format!(
+                    "{name}: an IP address cannot be proven by dns-01 (RFC 8738): use tls-alpn-01 or http-01"
+                )));
+            }
             if name.starts_with("*.") && self.challenge != ChallengeType::Dns01 {
                 return Err(config(format!(
                     "{name}: a wildcard name can only be validated by dns-01 (the challenge is {})",
@@ -596,9 +604,13 @@ impl AcmeBuilder {
     }
 }
 
-/// A DNS name as a CA takes it: at most 253 characters, labels of letters, digits and
-/// hyphens, a leading `*.` for a wildcard; not an IP address.
+/// A name as a CA takes it: an IP address (in the canonical text the builder keeps), or a DNS
+/// name of at most 253 characters, labels of letters, digits and hyphens, a leading `*.` for a
+/// wildcard.
 fn check_name(name: &str) -> Result<(), Error> {
+    if crate::ip::address(name).is_some() {
+        return Ok(());
+    }
     let bare = name.strip_prefix("*.").unwrap_or(name);
     let ok = bare.len() <= 253
         && bare.contains('.')
@@ -616,7 +628,7 @@ fn check_name(name: &str) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::Config(format!(
-            "{name:?} is not a DNS name a CA issues for"
+            "{name:?} is not a DNS name or IP address a CA issues for"
         )))
     }
 }
@@ -709,7 +721,9 @@ mod tests {
     fn names_a_ca_does_not_issue_for_are_refused_by_build_naming_them() {
         for bad in [
             "localhost",
-            "127.0.0.1",
+            "*.192.0.2.7",
+            "*.::1",
+            "[192.0.2.7",
             "-a.example.com",
             "a..example.com",
             "a_b.example.com",
@@ -722,6 +736,43 @@ mod tests {
         assert!(
             builder().name("A.Example.com").build().is_ok(),
             "case folded"
+        );
+    }
+
+    #[test]
+    fn ip_addresses_are_names_kept_in_their_canonical_text_and_not_proven_by_dns_01() {
+        #[derive(Debug)]
+        struct NoDns;
+        impl Dns01Solver for NoDns {
+            fn present<'a>(&'a self, _: &'a str, _: &'a str) -> crate::SolverFuture<'a> {
+                Box::pin(async { Ok(()) })
+            }
+            fn clean_up<'a>(&'a self, _: &'a str, _: &'a str) -> crate::SolverFuture<'a> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        let acme = builder()
+            .name("192.0.2.7")
+            .name("[2001:DB8:0::7]")
+            .build()
+            .expect("addresses are names");
+        let names: Vec<String> = acme.status().borrow().names.keys().cloned().collect();
+        assert_eq!(names, ["192.0.2.7", "2001:db8::7"]);
+        let reason = config_error(builder().name("2001:db8::7").name("2001:DB8::7"));
+        assert!(
+            reason.contains("2001:db8::7 is configured twice"),
+            "{reason}"
+        );
+        let reason = config_error(
+            builder()
+                .name("a.example.com")
+                .name("192.0.2.7")
+                .challenge(ChallengeType::Dns01)
+                .dns01_solver(Arc::new(NoDns)),
+        );
+        assert!(
+            reason.contains("192.0.2.7") && reason.contains("cannot be proven by dns-01"),
+            "{reason}"
         );
     }
 

@@ -72,7 +72,9 @@ pub struct Challenges {
 }
 
 impl Challenges {
-    /// Publishes the challenge for `name`: `digest` is the SHA-256 of the key authorization.
+    /// Publishes the challenge for `name` (the server name the validation sends: an IP
+    /// address's reverse-mapping name for the address, RFC 8738): `digest` is the SHA-256 of
+    /// the key authorization.
     pub(crate) fn present(
         &self,
         provider: &CryptoProvider,
@@ -131,6 +133,7 @@ impl HandshakeHook for Challenges {
             return None;
         }
         let found = hello.server_name().and_then(|name| {
+            let name = name.strip_suffix('.').unwrap_or(name);
             self.inner
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -160,8 +163,9 @@ impl fmt::Debug for Challenges {
     }
 }
 
-/// A TLS-ALPN-01 certificate for `name`: self-signed P-256, the name as its one SAN, and the
-/// critical acmeIdentifier extension.
+/// A TLS-ALPN-01 certificate for `name`: self-signed P-256, the name as its one SAN (for an
+/// address's reverse-mapping name, the address: RFC 8738 §6), and the critical acmeIdentifier
+/// extension.
 fn challenge_key(
     provider: &CryptoProvider,
     name: &str,
@@ -174,8 +178,10 @@ fn challenge_key(
     };
     let key =
         rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| failed(&e))?;
-    let mut params =
-        rcgen::CertificateParams::new(vec![name.to_owned()]).map_err(|e| failed(&e))?;
+    let san =
+        crate::ip::from_reverse_name(name).map_or_else(|| name.to_owned(), |ip| ip.to_string());
+    // rcgen writes an address as an iPAddress SAN.
+    let mut params = rcgen::CertificateParams::new(vec![san]).map_err(|e| failed(&e))?;
     params
         .custom_extensions
         .push(rcgen::CustomExtension::new_acme_identifier(digest));
@@ -212,8 +218,9 @@ impl Http01 {
         }
     }
 
-    /// The answer to a request for `path` with `host` (its `Host` header, a port allowed), if
-    /// it is a challenge for one of our names.
+    /// The answer to a request for `path` with `host` (its `Host` header, a port allowed; an
+    /// IPv6 address in brackets, `[2001:db8::7]:80`), if it is a challenge for one of our
+    /// names.
     pub fn answer(&self, host: &str, path: &str) -> Option<String> {
         let token = path.strip_prefix("/.well-known/acme-challenge/")?;
         let valid_token = !token.is_empty()
@@ -221,16 +228,7 @@ impl Http01 {
             && token
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        let host = host.rsplit_once(':').map_or(host, |(host, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                host
-            } else {
-                ""
-            }
-        });
-        let ours = self
-            .names
-            .contains(&host.trim_end_matches('.').to_ascii_lowercase());
+        let ours = host_name(host).is_some_and(|host| self.names.contains(&host));
         if !(valid_token && ours) {
             return None;
         }
@@ -241,6 +239,29 @@ impl Http01 {
             .clone()?;
         Some(format!("{token}.{thumbprint}"))
     }
+}
+
+/// The name a `Host` header names, as the builder keeps names (lower-case, no final dot; an
+/// address in its canonical text); `None` when it is not a host and an optional port.
+fn host_name(host: &str) -> Option<String> {
+    let port_ok = |port: &str| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    if let Some(bracketed) = host.strip_prefix('[') {
+        let (address, rest) = bracketed.split_once(']')?;
+        if !(rest.is_empty() || rest.strip_prefix(':').is_some_and(port_ok)) {
+            return None;
+        }
+        // Only an IPv6 address goes in brackets.
+        return address
+            .parse::<std::net::Ipv6Addr>()
+            .ok()
+            .map(|ip| ip.to_string());
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port_ok(port) => name,
+        Some(_) => return None,
+        None => host,
+    };
+    Some(crate::ip::normalize(name.trim_end_matches('.')))
 }
 
 impl fmt::Debug for Http01 {
@@ -348,6 +369,32 @@ mod tests {
             "case, a final dot and a port do not matter"
         );
         assert_eq!(responder.answer("b.example.com", path), None, "not ours");
+        let addresses = Http01::new(
+            ["192.0.2.7".to_owned(), "2001:db8::7".to_owned()].into(),
+            Arc::new(RwLock::new(Some("THUMB".to_owned()))),
+        );
+        for host in [
+            "192.0.2.7",
+            "192.0.2.7:80",
+            "[2001:db8::7]",
+            "[2001:DB8:0::7]:80",
+        ] {
+            assert_eq!(
+                addresses.answer(host, path).as_deref(),
+                Some("tok_EN-1.THUMB"),
+                "{host}"
+            );
+        }
+        for host in [
+            "2001:db8::7",
+            "[2001:db8::7]x",
+            "[192.0.2.7]",
+            "[2001:db8::8]",
+            "192.0.2.7:",
+            "192.0.2.8",
+        ] {
+            assert_eq!(addresses.answer(host, path), None, "{host}");
+        }
         for bad in [
             "/.well-known/acme-challenge/",
             "/.well-known/acme-challenge/../x",
@@ -432,6 +479,37 @@ mod tests {
             "the digest, as an OCTET STRING"
         );
         challenges.clean_up("a.example.com");
+        assert!(challenges.is_empty());
+    }
+
+    #[test]
+    fn an_addresss_challenge_is_found_by_its_reverse_name_and_its_certificate_carries_the_address()
+    {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let challenges = Challenges::default();
+        for (ip, reverse) in [
+            ("192.0.2.7", "7.2.0.192.in-addr.arpa"),
+            ("::1", &crate::ip::reverse_name("::1".parse().unwrap())[..]),
+        ] {
+            challenges.present(&provider, reverse, &[7u8; 32]).unwrap();
+            let key = challenges.inner.read().unwrap()[reverse].clone();
+            let (_, cert) = x509_parser::parse_x509_certificate(&key.cert[0]).unwrap();
+            let san = cert.subject_alternative_name().unwrap().unwrap();
+            let wanted: std::net::IpAddr = ip.parse().unwrap();
+            assert!(
+                matches!(
+                    &san.value.general_names[..],
+                    [x509_parser::extensions::GeneralName::IPAddress(bytes)]
+                        if match wanted {
+                            std::net::IpAddr::V4(v4) => bytes[..] == v4.octets(),
+                            std::net::IpAddr::V6(v6) => bytes[..] == v6.octets(),
+                        }
+                ),
+                "{ip}: {:?}",
+                san.value.general_names
+            );
+            challenges.clean_up(reverse);
+        }
         assert!(challenges.is_empty());
     }
 }

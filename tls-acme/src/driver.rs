@@ -73,6 +73,10 @@ pub(crate) struct Driver {
     pub(crate) retry: watch::Receiver<u64>,
 }
 
+/// The profile a group with an IP address asks for when none is configured and the directory
+/// advertises it: Let's Encrypt's six-day profile, the only one it issues addresses under.
+pub(crate) const SHORTLIVED: &str = "shortlived";
+
 /// The profile orders ask for ([`AcmeBuilder::profile`](crate::AcmeBuilder::profile)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Profile {
@@ -638,7 +642,7 @@ impl Driver {
             Some(resumed) => resumed,
             None => {
                 // Before anything is spent: a profile the CA does not offer may mean no order.
-                let profile = self.profile_for(term, name).map_err(kept)?;
+                let profile = self.profile_for(term, group).map_err(kept)?;
                 if !renewal {
                     self.spend(term, name).await.map_err(kept)?;
                 }
@@ -696,12 +700,17 @@ impl Driver {
 
     /// The profile to ask for: the configured one when the directory advertises it; else the
     /// CA's default (with a note in the status), or, when it is required, no order: the error
-    /// names what the directory advertises.
-    fn profile_for(&self, term: &Term, name: &str) -> Result<Option<String>, Error> {
-        let Some(profile) = &self.profile else {
-            return Ok(None);
-        };
+    /// names what the directory advertises. With none configured, a group with an IP address
+    /// asks for [`SHORTLIVED`] when the directory advertises it (Let's Encrypt issues for
+    /// addresses only under it), else the CA's default.
+    fn profile_for(&self, term: &Term, group: &[String]) -> Result<Option<String>, Error> {
+        let name = &group[0];
         let advertised = term.ca.profiles();
+        let Some(profile) = &self.profile else {
+            let address = group.iter().any(|n| crate::ip::address(n).is_some());
+            let shortlived = advertised.iter().any(|p| p == SHORTLIVED);
+            return Ok((address && shortlived).then(|| SHORTLIVED.to_owned()));
+        };
         if advertised.contains(&profile.name) {
             self.set(name, |s| s.profile_note = None);
             return Ok(Some(profile.name.clone()));

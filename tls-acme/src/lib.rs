@@ -10,6 +10,13 @@
 //!   nothing is stored and every other handshake is refused until a certificate exists);
 //!   HTTP-01 as a tower service ([`Http01`], stateless: `token.thumbprint`); DNS-01 through
 //!   your [`Dns01Solver`] (the only one for wildcards).
+//! - **IP addresses too** (RFC 8738): a name that is an address (`192.0.2.7`, `2001:db8::7`)
+//!   is ordered as an `ip` identifier, proven by TLS-ALPN-01 (answered under the address's
+//!   reverse-mapping name, `7.2.0.192.in-addr.arpa`) or HTTP-01 (`Host: [2001:db8::7]`), never
+//!   DNS-01; with no [`AcmeBuilder::profile`], `shortlived` is asked for when the directory
+//!   advertises it (Let's Encrypt issues for addresses only under it). The reload core serves
+//!   an address's certificate to handshakes without a server name (see `tls_reload`'s SNI
+//!   routes).
 //! - **State kept** in a directory ([`AcmeBuilder::state_dir`]): the account, each
 //!   certificate in the kubelet's `..data` layout (key files 0600), each order in flight
 //!   (its URL and new key, written before a challenge is answered, so a restart resumes it
@@ -34,7 +41,8 @@
 //!   it ends. [`Acme::retry_now`] tries every waiting name again as far as
 //!   the CA's limits allow. A `badNonce` is retried, an order in flight resumed. Each wait is
 //!   stored; [`AcmeStatus`] says what each name is doing and why.
-//! - **A budget of first orders** per registered domain (by the public suffix list), 50 in
+//! - **A budget of first orders** per registered domain (by the public suffix list; an IPv4
+//!   address alone, an IPv6 address by its /64), 50 in
 //!   any seven days by default, Let's Encrypt's limit
 //!   ([`AcmeBuilder::new_certificates_per_week`]); stored, and read again by each new term of
 //!   a fleet's leader, so neither restarts nor failovers reset it; and a staggered start
@@ -77,6 +85,7 @@ mod driver;
 mod error;
 #[cfg(feature = "k8s")]
 mod fleet;
+mod ip;
 mod metrics;
 mod order;
 mod plan;

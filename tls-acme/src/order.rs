@@ -486,8 +486,13 @@ impl Ca {
             }
         };
         let name = &group[0];
-        let identifiers: Vec<Identifier> =
-            group.iter().map(|n| Identifier::Dns(n.clone())).collect();
+        let identifiers: Vec<Identifier> = group
+            .iter()
+            .map(|n| match crate::ip::address(n) {
+                Some(ip) => Identifier::Ip(ip),
+                None => Identifier::Dns(n.clone()),
+            })
+            .collect();
         let replaced = replaces.and_then(|leaf| CertificateIdentifier::try_from(leaf).ok());
         let order = match replaced {
             Some(id) => {
@@ -609,6 +614,12 @@ impl Ca {
                 }
             }
             let identifier = authorization.identifier().to_string();
+            // What a TLS-ALPN-01 validation names in its SNI: an address's reverse-mapping
+            // name (RFC 8738 §6), the challenge certificate then carries the address.
+            let validated_as = match authorization.identifier().identifier {
+                Identifier::Ip(ip) => crate::ip::reverse_name(*ip),
+                _ => identifier.clone(),
+            };
             let Some(mut challenge) = authorization.challenge(acme_type(answering.challenge))
             else {
                 return Err(Error::Rejected {
@@ -625,12 +636,12 @@ impl Ca {
                     let digest = key_authorization.digest();
                     answering.challenges.present(
                         answering.provider,
-                        &identifier,
+                        &validated_as,
                         digest.as_ref(),
                     )?;
                     let published = Published {
                         kind: ChallengeType::TlsAlpn01,
-                        name: identifier.clone(),
+                        name: validated_as,
                         value: digest.as_ref().to_vec(),
                     };
                     presented.push(published.clone());

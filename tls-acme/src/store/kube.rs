@@ -66,10 +66,13 @@ const ORDER_JSON: &str = "order.json";
 const ORDER_KEY: &str = "order.key";
 
 /// The name of a Secret for the certificate whose first name is `name`: `NAME-acme-` (and `-`
-/// more for its state: no DNS label starts with one) and the name (`*` as `wildcard`), or a
-/// digest of it when that would be too long.
+/// more for its state: no DNS label starts with one) and the name (`*` as `wildcard`; an IPv6
+/// address as its groups in full joined by `-`, `ip::object_name`), or a digest of it when
+/// that would be too long.
 fn secret_for(fleet: &str, infix: &str, name: &str) -> String {
-    let readable = format!("{fleet}-acme-{infix}{}", name.replace('*', "wildcard"));
+    let name = crate::ip::address(name)
+        .map_or_else(|| name.replace('*', "wildcard"), crate::ip::object_name);
+    let readable = format!("{fleet}-acme-{infix}{name}");
     if readable.len() <= 253 {
         return readable;
     }
@@ -691,6 +694,30 @@ mod tests {
         assert!(named.len() <= 253, "{named}");
         assert_ne!(named, certificate_secret("web", &long.replace('a', "d")));
         assert_ne!(named, state_secret("web", &long));
+        // An address: a valid object name (DNS-1123 subdomain), one per address.
+        let subdomain = |name: &str| {
+            name.len() <= 253
+                && name.split('.').all(|part| {
+                    !part.is_empty()
+                        && part
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                        && !part.starts_with('-')
+                        && !part.ends_with('-')
+                })
+        };
+        for (address, secret) in [
+            ("192.0.2.7", "web-acme-192.0.2.7"),
+            (
+                "2001:db8::7",
+                "web-acme-2001-0db8-0000-0000-0000-0000-0000-0007",
+            ),
+            ("::", "web-acme-0000-0000-0000-0000-0000-0000-0000-0000"),
+        ] {
+            assert_eq!(certificate_secret("web", address), secret);
+            let state = state_secret("web", address);
+            assert!(subdomain(secret) && subdomain(&state), "{secret} {state}");
+        }
     }
 
     #[test]
