@@ -53,13 +53,20 @@
 //! - `--sni NAME=DIR` (repeatable) serves the certificate in the kubelet-style directory `DIR`
 //!   to handshakes for `NAME` (exact, or a wildcard such as `*.example.com`); the certificate the
 //!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
+//!   A handshake without a server name (a client connecting to an IP address sends none) is
+//!   served the certificate for the IP address it arrived on, if a route (`--sni 192.0.2.7=DIR`,
+//!   a Secret, `--acme-domain 192.0.2.7`) has one, else the one IP certificate if there is
+//!   exactly one, else the default (refused under `--sni-strict`).
 //! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
 //!   Connections are refused until the whole list is in (so no listed name is served the
 //!   default, or refused under `--sni-strict`, after a restart); `--ready-before-lists` listens
 //!   once the default certificate is in and serves it while the list loads.
 //! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
-//!   (one each; no wildcards, which need DNS-01), served as its SNI route beside the default:
+//!   (one each; a DNS name or an IP address, RFC 8738; no wildcards, which need DNS-01),
+//!   served as its SNI route beside the default (an address's certificate to handshakes
+//!   without a server name, as above; with no `--acme-profile`, `shortlived` is asked for
+//!   when the CA advertises it, the only profile Let's Encrypt issues addresses under):
 //!   TLS-ALPN-01 is answered on `--listen` (the CA's validation gets through before anything
 //!   is stored), HTTP-01 with `--acme-challenge http-01` on `--acme-http-listen`. The account,
 //!   the certificates and the orders in flight are kept in `--acme-state DIR`, so a restart

@@ -615,6 +615,11 @@ fn check_name(name: &str) -> Result<(), Error> {
     let ok = bare.len() <= 253
         && bare.contains('.')
         && bare.parse::<std::net::IpAddr>().is_err()
+        // No top-level domain is all digits (RFC 3696 §2): `10.0.0.256` is a mistyped address.
+        && !bare
+            .rsplit('.')
+            .next()
+            .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
         && bare.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
@@ -723,6 +728,7 @@ mod tests {
             "localhost",
             "*.192.0.2.7",
             "*.::1",
+            "10.0.0.256",
             "[192.0.2.7",
             "-a.example.com",
             "a..example.com",

@@ -136,8 +136,9 @@ pub enum Error {
         names: Vec<String>,
     },
 
-    /// A certificate of a keyed source has no DNS name, so no SNI route can serve it.
-    #[error("{origin}: the certificate has no DNS names to route by")]
+    /// A certificate of a keyed source has no DNS name and no IP address, so no route can
+    /// serve it.
+    #[error("{origin}: the certificate has no DNS names or IP addresses to route by")]
     NoNames {
         /// Where the bundle came from.
         origin: Origin,

@@ -12,6 +12,9 @@
 //! - One certificate, or many by SNI: [`Builder::route`] (exact names and one-label wildcards)
 //!   and [`Builder::routes`] (a [`tls_source::KeyedCertSource`], e.g. Secrets by label selector),
 //!   a default for unknown names or [`Builder::sni_strict`]. One task serves every route.
+//!   Certificates for IP addresses too: a client connecting to an address sends no server
+//!   name, and is served the IP certificate of the local address it arrived on, else the one
+//!   IP certificate if there is exactly one ([`CertResolver`], [`on_local_addr`]).
 //! - Wait-free, allocation-free reads: with one certificate, `resolve` is one atomic load and a
 //!   reference-count increment (a per-thread cache in front of arc-swap); with SNI routes, a hash
 //!   lookup of the name and an arc-swap load.
@@ -173,7 +176,7 @@ pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
 #[cfg(feature = "ring")]
 pub use tls::ring_provider;
-pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider};
+pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider, on_local_addr};
 pub use tls_source::clock::Rfc3339;
 pub use tls_source::{CertSource, CertSourceExt, FileSource, IntoCertSource};
 pub use tokio_util::sync::CancellationToken;

@@ -155,7 +155,9 @@ impl Builder {
     /// An SNI route: handshakes for `name` (an exact DNS name, or a one-label wildcard such as
     /// `*.example.com`, which covers `a.example.com` but neither `example.com` nor
     /// `a.b.example.com`) are served the certificate from `source`, which must cover the name.
-    /// Exact routes win over wildcards; names are case-insensitive. Repeatable.
+    /// Exact routes win over wildcards; names are case-insensitive. `name` may be an IP address
+    /// (`192.0.2.7`, `2001:db8::7`): its certificate is served to handshakes without a server
+    /// name, as [`CertResolver`] says. Repeatable.
     pub fn route<S>(mut self, name: impl Into<String>, source: S) -> Self
     where
         S: IntoCertSource,
@@ -165,7 +167,8 @@ impl Builder {
     }
 
     /// SNI routes from a keyed source (e.g. every TLS Secret matching a label selector): each
-    /// key's certificate is served for the DNS names it holds; a removed key removes its
+    /// key's certificate is served for the DNS names it holds, and for its IP addresses to
+    /// handshakes without a server name (see [`CertResolver`]); a removed key removes its
     /// routes. A name claimed by a [`route`](Self::route) stays with it; between keys, the
     /// smallest key keeps a name they share. Repeatable.
     ///
@@ -196,9 +199,11 @@ impl Builder {
         self
     }
 
-    /// Strict SNI: a handshake whose server name no route serves (or that sends none) fails,
-    /// instead of being served the default certificate. The default certificate, if there is
-    /// one, is then served like a route, to the names it covers (its DNS SANs; a name a route
+    /// Strict SNI: a handshake whose server name no route serves fails, instead of being
+    /// served the default certificate; so does one that sends none, unless an IP certificate
+    /// serves it (the one for the local address it arrived on, or the one IP certificate there
+    /// is: see [`CertResolver`]). The default certificate, if there is one, is then served like
+    /// a route, to the names it covers (its DNS SANs, and its IP addresses; a name a route
     /// claims stays with the route). Default: off.
     pub fn sni_strict(mut self, strict: bool) -> Self {
         self.strict = strict;

@@ -103,8 +103,8 @@ pub struct TrustedCa {
 pub struct RouteStatus {
     /// The certificate being served for the route; `None` until one is installed.
     pub current: Option<Arc<CertInfo>>,
-    /// The names the route is served for: its name, or the DNS names of a keyed route's
-    /// certificate.
+    /// The names the route is served for: its name, or the DNS names (then the IP
+    /// addresses) of a keyed route's certificate.
     pub names: Vec<String>,
     /// How many certificates have been installed for the route.
     pub generation: u64,

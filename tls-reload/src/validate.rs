@@ -138,7 +138,7 @@ impl Validator {
             Rule::ClientCa => self.check(bundle, None, now),
             Rule::Name(name) => self.check(bundle, Some(name), now),
             Rule::Names => self.check(bundle, None, now).and_then(|v| {
-                if v.info.dns_names.is_empty() {
+                if v.info.dns_names.is_empty() && v.info.ip_addresses.is_empty() {
                     Err(Error::NoNames { origin: origin() })
                 } else {
                     Ok(v)

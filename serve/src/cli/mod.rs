@@ -144,8 +144,9 @@ pub(crate) struct Cli {
     /// The ACME directory URL, e.g. https://acme-v02.api.letsencrypt.org/directory
     #[arg(long, value_name = "URL", help_heading = ACME)]
     acme_directory: Option<String>,
-    /// A DNS name to get a certificate for (repeatable; one certificate each; no wildcards:
-    /// they need DNS-01, which serve cannot answer)
+    /// A DNS name or IP address to get a certificate for (repeatable; one certificate each;
+    /// an address's is served to handshakes without a server name; no wildcards: they need
+    /// DNS-01, which serve cannot answer)
     #[arg(long, value_name = "NAME", help_heading = ACME)]
     acme_domain: Vec<String>,
     /// The account's contact address
@@ -191,10 +192,12 @@ pub(crate) struct Cli {
     acme_eab_key: Option<Secret>,
 
     /// Serve DIR/tls.crt + DIR/tls.key to handshakes for NAME (exact, or *.example.com for one
-    /// label); repeatable
+    /// label; or an IP address, for handshakes without a server name); repeatable
     #[arg(long, value_name = "NAME=DIR", value_parser = sni_route, help_heading = SNI)]
     sni: Vec<(String, PathBuf)>,
-    /// Refuse handshakes for names no route serves, instead of the default
+    /// Refuse handshakes for names no route serves, instead of the default; one without a
+    /// server name (a client connecting to an IP address) is served an IP certificate (the one
+    /// for the address it arrived on, or the only one) or refused
     #[arg(long, help_heading = SNI)]
     sni_strict: bool,
     /// Serve every kubernetes.io/tls Secret in NAMESPACE for the DNS names in its certificate

@@ -396,6 +396,21 @@ fn acme_flags_take_their_values_with_tls_alpn_01_by_default() {
     assert_eq!(http.weekly_limit, 7);
     assert_eq!(http.challenge, ChallengeType::Http01);
     assert_eq!(http.http_listen, Some("0.0.0.0:80".parse().unwrap()));
+
+    let addresses = parse(&[
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-domain",
+        "192.0.2.7",
+        "--acme-domain",
+        "2001:db8::7",
+        "--acme-state",
+        "/var/lib/acme",
+    ])
+    .unwrap()
+    .acme
+    .unwrap();
+    assert_eq!(addresses.domains, ["192.0.2.7", "2001:db8::7"]);
 }
 
 #[test]
@@ -430,9 +445,14 @@ fn bad_acme_flags_exit_2_with_the_reason() {
         "expected tls-alpn-01 or http-01",
     );
     refused(
-        &with(&["--acme-domain", "10.0.0.1"]),
-        "--acme-domain 10.0.0.1",
-        "is not a DNS name",
+        &with(&["--acme-domain", "10.0.0.256"]),
+        "--acme-domain 10.0.0.256",
+        "is not a DNS name or IP address",
+    );
+    refused(
+        &with(&["--acme-domain", "10.0.0.1", "--acme-domain", "[10.0.0.1]"]),
+        "--acme-domain",
+        "10.0.0.1 is configured twice",
     );
     refused(
         &with(&[

@@ -111,6 +111,7 @@ impl IncomingBuilder {
         });
         let mut incoming = self.serve_stream(accept)?;
         incoming.local_addr = local_addr;
+        incoming.local_of = Some(|tcp: &TcpStream| tcp.local_addr().ok());
         Ok(incoming)
     }
 
@@ -159,6 +160,7 @@ impl IncomingBuilder {
             accept: connections.boxed(),
             accept_ended: false,
             local_addr: None,
+            local_of: None,
             acceptor,
             takeovers,
             handshakes: JoinSet::new(),

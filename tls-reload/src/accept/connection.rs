@@ -207,6 +207,8 @@ pub(super) struct Recycle {
     pub(super) age: Duration,
     pub(super) established: tokio::time::Instant,
     pub(super) server_name: Option<String>,
+    /// The local address it arrived on, when known (what serves it without a server name).
+    pub(super) local: Option<std::net::IpAddr>,
     /// What the connection was served (as the resolver answered right after the handshake).
     pub(super) served: Option<Arc<CertifiedKey>>,
     pub(super) resolver: Arc<CertResolver>,
@@ -215,7 +217,9 @@ pub(super) struct Recycle {
 
 impl Recycle {
     fn rotated(&self) -> bool {
-        let now = self.resolver.lookup(self.server_name.as_deref());
+        let now = self
+            .resolver
+            .lookup_on(self.server_name.as_deref(), self.local);
         match (&now, &self.served) {
             (Some(now), Some(served)) => !Arc::ptr_eq(now, served),
             (now, served) => now.is_some() != served.is_some(),

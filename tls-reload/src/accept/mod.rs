@@ -146,6 +146,9 @@ pub struct Incoming<IO> {
     accept: BoxStream<'static, io::Result<(IO, Option<SocketAddr>)>>,
     accept_ended: bool,
     local_addr: Option<SocketAddr>,
+    /// Each connection's own local address, when the connections are sockets: a handshake
+    /// without a server name is served the IP certificate for it (see `CertResolver`).
+    local_of: Option<fn(&IO) -> Option<SocketAddr>>,
     acceptor: Acceptor,
     takeovers: Option<Takeovers>,
     /// Each handshake is a task of its own, so handshakes use every worker thread; aborted
@@ -276,6 +279,10 @@ where
         ready: bool,
     ) -> impl Future<Output = Option<TlsConnection<IO>>> + Send + 'static {
         let config = self.acceptor.config();
+        let local = self
+            .local_of
+            .and_then(|local_of| local_of(&io))
+            .map(|addr| addr.ip().to_canonical());
         let takeovers = self.takeovers.clone();
         let timeout = self.handshake_timeout;
         let recycle = self.recycle.clone();
@@ -300,6 +307,12 @@ where
             }
             start.into_stream(config).await.map(Some)
         };
+        let accept = async move {
+            match local {
+                Some(ip) => crate::on_local_addr(ip, accept).await,
+                None => accept.await,
+            }
+        };
         async move {
             match tokio::time::timeout(timeout, accept).await {
                 Ok(Ok(None)) => None,
@@ -309,8 +322,9 @@ where
                         Recycle {
                             age,
                             established: tokio::time::Instant::now(),
-                            served: resolver.lookup(server_name.as_deref()),
+                            served: resolver.lookup_on(server_name.as_deref(), local),
                             server_name,
+                            local,
                             resolver,
                             status,
                         }

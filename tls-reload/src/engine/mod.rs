@@ -599,6 +599,11 @@ impl Engine {
             info.dns_names
                 .iter()
                 .filter_map(|n| RouteName::parse(n).ok())
+                .chain(
+                    info.ip_addresses
+                        .iter()
+                        .map(|ip| RouteName::Ip(ip.to_canonical())),
+                )
                 .collect()
         } else {
             Vec::new()
@@ -619,6 +624,9 @@ impl Engine {
         status.expired = expired;
         if keyed {
             status.names.clone_from(&info.dns_names);
+            status
+                .names
+                .extend(info.ip_addresses.iter().map(ToString::to_string));
             if let Some(old) = &status.current {
                 self.keyed_expiry.remove(&(old.not_after, id));
             }

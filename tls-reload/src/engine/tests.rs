@@ -24,8 +24,12 @@ pub(crate) fn bundle(name: &str) -> CertBundle {
 }
 
 fn valid(name: &str, not_before: SystemTime, not_after: SystemTime) -> CertBundle {
+    valid_names(&[name], not_before, not_after)
+}
+
+fn valid_names(names: &[&str], not_before: SystemTime, not_after: SystemTime) -> CertBundle {
     bundle_of(
-        &TestCa::new("engine").leaf_valid(&[name], not_before, not_after),
+        &TestCa::new("engine").leaf_valid(names, not_before, not_after),
         None,
     )
 }
@@ -330,13 +334,28 @@ fn keyed_routes_come_and_go_with_their_keys() {
 }
 
 #[test]
-fn a_keyed_certificate_without_dns_names_is_refused() {
+fn a_keyed_certificate_for_an_address_is_served_by_it_and_one_with_no_name_is_refused() {
     let mut engine = Engine::new(validator(), Vec::new(), None);
-    engine.start();
-    let ip_only = bundle("127.0.0.1");
-    let effects = engine.batch(vec![keyed("ns/ip", KeyedUpdate::Put(ip_only))], t0());
+    let mut served = Table::default();
+    apply_table(&mut served, &engine.start());
+    let ip_only = bundle("127.0.0.2");
+    let effects = engine.batch(
+        vec![keyed("ns/ip", KeyedUpdate::Put(ip_only.clone()))],
+        t0(),
+    );
+    assert_eq!(installs(&effects), [fingerprint(&ip_only)]);
+    assert_eq!(status(&effects, Some("ns/ip")).names, ["127.0.0.2"]);
+    apply_table(&mut served, &effects);
+    let by_address = served
+        .lookup_addr(Some("127.0.0.2".parse().unwrap()))
+        .map(|key| tls_source::Digest::of(&key.cert[0]).to_string());
+    assert_eq!(by_address, Some(fingerprint(&ip_only)));
+    assert_eq!(served_for(&served, "127.0.0.2"), None, "not a server name");
+
+    let nameless = valid_names(&[], t0() - DAY, t0() + 30 * DAY);
+    let effects = engine.batch(vec![keyed("ns/none", KeyedUpdate::Put(nameless))], t0());
     assert!(matches!(
-        error_of(status(&effects, Some("ns/ip"))),
+        error_of(status(&effects, Some("ns/none"))),
         Error::NoNames { .. }
     ));
     assert!(installs(&effects).is_empty());

@@ -17,7 +17,7 @@ use rustls::sign::CertifiedKey;
 use tls_source::CertBundle;
 
 pub(crate) use client_auth::mtls_server_config;
-pub use resolver::{CertResolver, HandshakeHook, Takeover};
+pub use resolver::{CertResolver, HandshakeHook, Takeover, on_local_addr};
 pub(crate) use sni::{RouteName, Slot, Table, TableEdit};
 
 use crate::{Error, Purpose};

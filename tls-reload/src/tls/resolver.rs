@@ -2,6 +2,8 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::future::Future;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -15,6 +17,12 @@ use super::{Slot, Table, TableEdit};
 /// The rustls certificate resolver that serves whatever the [`Reloader`](crate::Reloader)
 /// installed last: by SNI when it has routes, else (or for an unknown or missing name) the
 /// default certificate.
+///
+/// A handshake without a server name (rustls reports an IP address sent as one as none too)
+/// is served, when routes hold certificates for IP addresses, the one covering the local
+/// address it arrived on ([`Incoming`](crate::Incoming) knows it; an acceptor of your own says
+/// it with [`on_local_addr`]), else the one IP certificate if there is exactly one, else what
+/// any unknown name gets: the default certificate, or nothing under strict SNI.
 ///
 /// `resolve` is wait-free and allocation-free. With one certificate it is, on each thread, one
 /// atomic load of the installed generation and a reference-count increment of the certificate
@@ -153,6 +161,29 @@ struct Sni {
     strict: bool,
 }
 
+tokio::task_local! {
+    /// The local address of the connection whose handshake is being polled ([`on_local_addr`]).
+    static LOCAL_ADDR: IpAddr;
+}
+
+/// Runs `handshake` (an accept of your own, tokio-rustls's `TlsAcceptor::accept` say) as a
+/// handshake that arrived on the local address `local` (the accepted socket's
+/// `local_addr()`, not the listener's, which may be `0.0.0.0`): if it sends no server name,
+/// the [`CertResolver`] serves it the IP certificate covering `local`. The accept stream
+/// ([`Incoming`](crate::Incoming)) does this itself.
+///
+/// ```
+/// # async fn run(reloader: tls_reload::Reloader, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+/// let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(reloader.server_config().unwrap()));
+/// let (tcp, _peer) = listener.accept().await?;
+/// let local = tcp.local_addr()?.ip();
+/// let tls = tls_reload::on_local_addr(local, acceptor.accept(tcp)).await?;
+/// # drop(tls); Ok(()) }
+/// ```
+pub fn on_local_addr<F: Future>(local: IpAddr, handshake: F) -> impl Future<Output = F::Output> {
+    LOCAL_ADDR.scope(local.to_canonical(), handshake)
+}
+
 /// Where resolver ids come from.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -251,14 +282,36 @@ impl CertResolver {
     }
 
     /// The certificate a handshake with this server name (SNI) is served: exactly what
-    /// `resolve` returns, for benches and for callers that resolve by hand.
+    /// `resolve` returns, for benches and for callers that resolve by hand (inside
+    /// [`on_local_addr`], a handshake without a name is taken to have arrived there).
     #[inline]
     pub fn lookup(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let local = match server_name {
+            None => LOCAL_ADDR.try_with(|ip| *ip).ok(),
+            Some(_) => None,
+        };
+        self.lookup_on(server_name, local)
+    }
+
+    /// The certificate a handshake with this server name is served when it arrived on the
+    /// local address `local` (`None`: not known), which only matters without a server name
+    /// (see [`CertResolver`]).
+    #[inline]
+    pub fn lookup_on(
+        &self,
+        server_name: Option<&str>,
+        local: Option<IpAddr>,
+    ) -> Option<Arc<CertifiedKey>> {
         let Some(sni) = self.sni else {
             return self.current();
         };
-        if let Some(found) = server_name.and_then(|name| self.table.load().lookup(name)) {
-            return Some(found);
+        let table = self.table.load();
+        let found = match server_name {
+            Some(name) => table.lookup(name),
+            None => table.lookup_addr(local),
+        };
+        if found.is_some() {
+            return found;
         }
         if sni.strict { None } else { self.current() }
     }

@@ -1,6 +1,8 @@
-//! The SNI table: server names to certificate slots, looked up without allocating.
+//! The SNI table: server names to certificate slots, looked up without allocating; and the
+//! addresses of IP certificates, for handshakes without a server name.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -15,22 +17,32 @@ pub(crate) type Slot = ArcSwapOption<CertifiedKey>;
 /// The longest DNS name (RFC 1035): lookups of longer names find nothing.
 const MAX_NAME: usize = 253;
 
-/// A route's name: an exact DNS name or a one-label wildcard, lower-case, without a trailing dot.
+/// A route's name: an exact DNS name or a one-label wildcard, lower-case, without a trailing
+/// dot; or an IP address, served to handshakes without a server name (see [`Table::lookup_addr`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum RouteName {
     /// `api.example.com`.
     Exact(String),
     /// `*.example.com`, kept as `example.com`.
     Wildcard(String),
+    /// `192.0.2.7`, `2001:db8::7` (given also as `[2001:db8::7]`).
+    Ip(IpAddr),
 }
 
 impl RouteName {
-    /// Parses `api.example.com` or `*.example.com`.
+    /// Parses `api.example.com`, `*.example.com` or an IP address.
     pub(crate) fn parse(name: &str) -> Result<Self, Error> {
         let invalid = |reason| Error::InvalidRouteName {
             name: name.to_owned(),
             reason,
         };
+        let bare = name
+            .strip_prefix('[')
+            .and_then(|n| n.strip_suffix(']'))
+            .unwrap_or(name);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(Self::Ip(ip.to_canonical()));
+        }
         let lower = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
         let (wildcard, rest) = match lower.strip_prefix("*.") {
             Some(rest) => (true, rest.to_owned()),
@@ -70,6 +82,7 @@ impl std::fmt::Display for RouteName {
         match self {
             Self::Exact(name) => f.write_str(name),
             Self::Wildcard(suffix) => write!(f, "*.{suffix}"),
+            Self::Ip(ip) => write!(f, "{ip}"),
         }
     }
 }
@@ -88,6 +101,10 @@ pub(crate) type TableEdit = (RouteName, Option<Arc<Slot>>);
 pub(crate) struct Table {
     exact: HashMap<Box<str>, Arc<Slot>, RandomState>,
     wildcard: HashMap<Box<str>, Arc<Slot>, RandomState>,
+    /// The addresses IP certificates cover.
+    ip: HashMap<IpAddr, Arc<Slot>, RandomState>,
+    /// The slot every address is served from, when that is one: the one IP certificate.
+    sole_ip: Option<Arc<Slot>>,
 }
 
 impl Table {
@@ -96,6 +113,18 @@ impl Table {
         let (map, key) = match name {
             RouteName::Exact(name) => (&mut self.exact, name),
             RouteName::Wildcard(suffix) => (&mut self.wildcard, suffix),
+            RouteName::Ip(ip) => {
+                match slot {
+                    Some(slot) => self.ip.insert(*ip, Arc::clone(slot)),
+                    None => self.ip.remove(ip),
+                };
+                let mut slots = self.ip.values();
+                self.sole_ip = slots
+                    .next()
+                    .filter(|first| slots.all(|other| Arc::ptr_eq(first, other)))
+                    .cloned();
+                return;
+            }
         };
         match slot {
             Some(slot) => {
@@ -148,9 +177,27 @@ impl Table {
         self.wildcard.get(parent).and_then(|slot| slot.load_full())
     }
 
-    /// How many names the table holds.
+    /// The certificate for a handshake without a server name (or with an IP address as one,
+    /// which rustls reports as none) that arrived on `local` (`None`: not known): the IP
+    /// certificate covering that address, else the one IP certificate if there is exactly one
+    /// (behind NAT the address a client reached is not the socket's), else `None`.
+    #[inline]
+    pub(crate) fn lookup_addr(&self, local: Option<IpAddr>) -> Option<Arc<CertifiedKey>> {
+        if self.ip.is_empty() {
+            return None;
+        }
+        if let Some(found) = local
+            .and_then(|ip| self.ip.get(&ip.to_canonical()))
+            .and_then(|slot| slot.load_full())
+        {
+            return Some(found);
+        }
+        self.sole_ip.as_ref().and_then(|slot| slot.load_full())
+    }
+
+    /// How many names (and addresses) the table holds.
     pub(crate) fn len(&self) -> usize {
-        self.exact.len() + self.wildcard.len()
+        self.exact.len() + self.wildcard.len() + self.ip.len()
     }
 }
 
@@ -168,9 +215,89 @@ mod tests {
             RouteName::parse("*.example.com").unwrap().to_string(),
             "*.example.com"
         );
-        for bad in ["", "*.com", "a.*.example.com", "exa mple.com", "a..b", "*"] {
+        for bad in [
+            "",
+            "*.com",
+            "a.*.example.com",
+            "exa mple.com",
+            "a..b",
+            "*",
+            "[a.example.com]",
+        ] {
             let err = RouteName::parse(bad).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "{err}");
         }
+        for (address, canonical) in [
+            ("192.0.2.7", "192.0.2.7"),
+            ("[2001:DB8:0::7]", "2001:db8::7"),
+            ("::ffff:192.0.2.7", "192.0.2.7"),
+        ] {
+            let name = RouteName::parse(address).unwrap();
+            assert!(matches!(name, RouteName::Ip(_)), "{address}");
+            assert_eq!(name.to_string(), canonical);
+        }
+    }
+
+    /// A slot serving a certificate of its own, and that certificate.
+    fn slot(name: &str) -> (Arc<Slot>, Arc<CertifiedKey>) {
+        let bundle = crate::testing::bundle(&tls_test::TestCa::new("sni").leaf(&[name]), None);
+        let key = crate::testing::provider()
+            .key_provider
+            .load_private_key(bundle.key().clone_key())
+            .unwrap();
+        let key = Arc::new(CertifiedKey::new(bundle.chain().to_vec(), key));
+        (Arc::new(Slot::new(Some(Arc::clone(&key)))), key)
+    }
+
+    #[test]
+    fn without_a_server_name_the_local_address_picks_the_ip_certificate_or_the_only_one_does() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        let name = |text: &str| RouteName::parse(text).unwrap();
+        let mut table = Table::default();
+        let (dns, _) = slot("a.example.com");
+        table.set(&name("a.example.com"), Some(&dns));
+        assert!(
+            table.lookup_addr(Some(ip("127.0.0.2"))).is_none(),
+            "no IP certificate"
+        );
+
+        // One IP certificate, for two addresses: every handshake without a name gets it.
+        let (one, one_key) = slot("one.example.com");
+        table.set(&name("127.0.0.2"), Some(&one));
+        table.set(&name("::1"), Some(&one));
+        for local in [
+            Some(ip("127.0.0.2")),
+            Some(ip("::ffff:127.0.0.2")),
+            Some(ip("10.0.0.1")),
+            None,
+        ] {
+            let served = table.lookup_addr(local).expect("the one IP certificate");
+            assert_eq!(served.cert, one_key.cert, "{local:?}");
+        }
+
+        // Two: by address only.
+        let (two, two_key) = slot("two.example.com");
+        table.set(&name("127.0.0.3"), Some(&two));
+        assert_eq!(
+            table.lookup_addr(Some(ip("127.0.0.3"))).unwrap().cert,
+            two_key.cert
+        );
+        assert_eq!(
+            table.lookup_addr(Some(ip("::1"))).unwrap().cert,
+            one_key.cert
+        );
+        assert!(
+            table.lookup_addr(Some(ip("10.0.0.1"))).is_none(),
+            "which one is not known"
+        );
+        assert!(table.lookup_addr(None).is_none());
+
+        // One again when the other goes; none when both have.
+        table.set(&name("127.0.0.3"), None);
+        assert_eq!(table.lookup_addr(None).unwrap().cert, one_key.cert);
+        table.set(&name("127.0.0.2"), None);
+        table.set(&name("::1"), None);
+        assert!(table.lookup_addr(None).is_none());
+        assert_eq!(table.len(), 1);
     }
 }
