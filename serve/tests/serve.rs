@@ -1676,6 +1676,84 @@ async fn acme_http_01_is_answered_on_its_own_port() {
     );
 }
 
+/// ACME for an IP address (RFC 8738): `--acme-domain 127.0.0.2` with serve listening there,
+/// validated by TLS-ALPN-01 at the address (the CA's server name is the address's
+/// reverse-mapping name); `127.0.0.3` by HTTP-01 (`Host: 127.0.0.3`); and `::1` both ways
+/// (`Host: [::1]`) where the machine has IPv6 loopback. A handshake without a server name, as
+/// any client connecting to an address makes, is served the certificate for the address,
+/// verified against Pebble's root for its IP SAN.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_an_ip_address_is_ordered_and_served_to_handshakes_without_a_server_name() {
+    let (tls_port, http_port) = (free_port(), free_port());
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(tls_port)
+        .http_port(http_port)
+        .start_required()
+        .await;
+    let (directory, ca) = (pebble.directory_url(), pebble.https_ca_file());
+    // (the address, where serve listens, how the CA's validation reaches it)
+    let mut cases = vec![
+        ("127.0.0.2", format!("127.0.0.2:{tls_port}"), None),
+        (
+            "127.0.0.3",
+            format!("127.0.0.3:{}", free_port()),
+            Some(format!("127.0.0.3:{http_port}")),
+        ),
+    ];
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        cases.push(("::1", format!("[::1]:{tls_port}"), None));
+        cases.push((
+            "::1",
+            format!("[::1]:{}", free_port()),
+            Some(format!("[::1]:{http_port}")),
+        ));
+    } else {
+        eprintln!("::1 skipped: this machine has no IPv6 loopback");
+    }
+    let root = pebble.issuing_root().await;
+    for (address, listen, http) in &cases {
+        let state = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "--listen",
+            listen,
+            "--acme-directory",
+            &directory,
+            "--acme-domain",
+            address,
+            "--acme-directory-ca",
+            ca.to_str().unwrap(),
+            "--acme-state",
+            state.path().to_str().unwrap(),
+        ];
+        if let Some(http) = http {
+            args.extend(["--acme-challenge", "http-01", "--acme-http-listen", http]);
+        }
+        let serve = start(&args).await;
+        let status = serve
+            .wait_status("the address issued", |s| {
+                s["acme"]["names"][*address]["state"] == "valid"
+                    && s["routes"][*address]["fingerprint_sha256"].is_string()
+            })
+            .await;
+        let route = &status["routes"][*address];
+        assert_eq!(route["names"][0], *address, "{route}");
+        let verified = tls_test::probe_trusting(serve.addr, address, std::slice::from_ref(&root))
+            .await
+            .unwrap_or_else(|e| panic!("{address} ({listen}) without SNI: {e}"));
+        assert_eq!(route["fingerprint_sha256"], verified.fingerprint);
+        // A server name still gets the default (serve's self-signed localhost certificate).
+        let named = tls_test::probe(serve.addr, "localhost").await.unwrap();
+        assert_ne!(named.fingerprint, verified.fingerprint);
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
+    assert_eq!(pebble.orders(), cases.len(), "{}", pebble.log());
+}
+
 /// ACME for a fleet: three `serve --k8s-shared --acme-directory` replicas on 127.0.0.1, .2 and
 /// .3, each through its own API endpoint; the first leads and orders, the CA's validation of
 /// each name reaches another replica (challtestsrv points the names there), every replica

@@ -1069,3 +1069,57 @@ async fn a_profile_the_ca_does_not_offer_is_the_cas_default_when_preferred_and_n
         "no order for the required one"
     );
 }
+
+/// An IP address (RFC 8738), with no profile configured: `shortlived` is asked for when the
+/// directory advertises it (the one Let's Encrypt issues addresses under), the CA's default
+/// when it does not; validated by TLS-ALPN-01 at the address, and served under strict SNI to a
+/// handshake without a server name, for its IP SAN.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ip_address_asks_for_shortlived_when_advertised_and_is_served_without_a_server_name() {
+    let listener = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let pebble = Pebble::builder()
+        .tls_port(addr.port())
+        .start_required()
+        .await;
+    let layer = pebble.layer().await;
+    layer.advertise_profiles(&["classic", "shortlived"]);
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path()).name("127.0.0.2"),
+        listener,
+    );
+    let issued = server.until("issued", all_valid).await;
+    assert_eq!(
+        issued.names["127.0.0.2"].profile.as_deref(),
+        Some("shortlived")
+    );
+    assert_eq!(layer.order_profiles(), [Some("shortlived".to_owned())]);
+    let root = pebble.issuing_root().await;
+    assert_served(addr, &["127.0.0.2"], &root).await;
+    drop(server);
+
+    // A directory without shortlived: the CA's default, and no note (none was asked for).
+    layer.advertise_profiles(&["classic"]);
+    let listener = rebind(addr).await;
+    let state = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        client_at(&layer.directory_url(), &pebble, state.path()).name("127.0.0.2"),
+        listener,
+    );
+    let issued = server.until("issued", all_valid).await;
+    let name = &issued.names["127.0.0.2"];
+    assert!(
+        name.profile.is_none() && name.profile_note.is_none(),
+        "{name:#?}"
+    );
+    assert_eq!(
+        layer.order_profiles(),
+        [Some("shortlived".to_owned()), None]
+    );
+    assert_served(addr, &["127.0.0.2"], &root).await;
+}
