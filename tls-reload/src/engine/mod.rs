@@ -595,16 +595,8 @@ impl Engine {
         if let Some((due, at)) = after {
             self.out.push(Effect::Arm(due, at));
         }
-        let names: Vec<RouteName> = if route.by_names() {
-            info.dns_names
-                .iter()
-                .filter_map(|n| RouteName::parse(n).ok())
-                .chain(
-                    info.ip_addresses
-                        .iter()
-                        .map(|ip| RouteName::Ip(ip.to_canonical())),
-                )
-                .collect()
+        let names = if route.by_names() {
+            routes::served_by(&info)
         } else {
             Vec::new()
         };

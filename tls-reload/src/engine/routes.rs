@@ -135,6 +135,20 @@ impl Route {
     }
 }
 
+/// What a certificate is served by when its route serves by names: its DNS names, then its IP
+/// addresses (for handshakes without a server name).
+pub(crate) fn served_by(info: &crate::CertInfo) -> Vec<RouteName> {
+    info.dns_names
+        .iter()
+        .filter_map(|n| RouteName::parse(n).ok())
+        .chain(
+            info.ip_addresses
+                .iter()
+                .map(|ip| RouteName::Ip(ip.to_canonical())),
+        )
+        .collect()
+}
+
 /// Every route, by [`RouteId`].
 #[derive(Debug)]
 pub(crate) struct Routes {
