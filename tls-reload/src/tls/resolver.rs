@@ -173,6 +173,7 @@ tokio::task_local! {
 /// ([`Incoming`](crate::Incoming)) does this itself.
 ///
 /// ```
+/// # #[cfg(feature = "accept")]
 /// # async fn run(reloader: tls_reload::Reloader, listener: tokio::net::TcpListener) -> std::io::Result<()> {
 /// let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(reloader.server_config().unwrap()));
 /// let (tcp, _peer) = listener.accept().await?;

@@ -103,8 +103,9 @@ pub(crate) struct Table {
     wildcard: HashMap<Box<str>, Arc<Slot>, RandomState>,
     /// The addresses IP certificates cover.
     ip: HashMap<IpAddr, Arc<Slot>, RandomState>,
-    /// The slot every address is served from, when that is one: the one IP certificate.
-    sole_ip: Option<Arc<Slot>>,
+    /// The slots of `ip` (by address in memory), each with how many addresses it serves: with
+    /// one slot here there is one IP certificate. Kept per edit, so no edit scans the table.
+    ip_slots: HashMap<usize, (Arc<Slot>, usize), RandomState>,
 }
 
 impl Table {
@@ -114,15 +115,27 @@ impl Table {
             RouteName::Exact(name) => (&mut self.exact, name),
             RouteName::Wildcard(suffix) => (&mut self.wildcard, suffix),
             RouteName::Ip(ip) => {
-                match slot {
-                    Some(slot) => self.ip.insert(*ip, Arc::clone(slot)),
+                let old = match slot {
+                    Some(slot) => {
+                        let count = &mut self
+                            .ip_slots
+                            .entry(Arc::as_ptr(slot) as usize)
+                            .or_insert_with(|| (Arc::clone(slot), 0))
+                            .1;
+                        *count += 1;
+                        self.ip.insert(*ip, Arc::clone(slot))
+                    }
                     None => self.ip.remove(ip),
                 };
-                let mut slots = self.ip.values();
-                self.sole_ip = slots
-                    .next()
-                    .filter(|first| slots.all(|other| Arc::ptr_eq(first, other)))
-                    .cloned();
+                if let Some(old) = old {
+                    let key = Arc::as_ptr(&old) as usize;
+                    if let Some((_, count)) = self.ip_slots.get_mut(&key) {
+                        *count -= 1;
+                        if *count == 0 {
+                            self.ip_slots.remove(&key);
+                        }
+                    }
+                }
                 return;
             }
         };
@@ -192,7 +205,10 @@ impl Table {
         {
             return Some(found);
         }
-        self.sole_ip.as_ref().and_then(|slot| slot.load_full())
+        match self.ip_slots.values().next() {
+            Some((slot, _)) if self.ip_slots.len() == 1 => slot.load_full(),
+            _ => None,
+        }
     }
 
     /// How many names (and addresses) the table holds.
@@ -290,6 +306,14 @@ mod tests {
             table.lookup_addr(Some(ip("10.0.0.1"))).is_none(),
             "which one is not known"
         );
+        assert!(table.lookup_addr(None).is_none());
+
+        // An address moving to the other certificate (set twice: nothing counted twice)
+        // leaves one IP certificate; moved back, two again.
+        table.set(&name("127.0.0.3"), Some(&one));
+        table.set(&name("127.0.0.3"), Some(&one));
+        assert_eq!(table.lookup_addr(None).unwrap().cert, one_key.cert);
+        table.set(&name("127.0.0.3"), Some(&two));
         assert!(table.lookup_addr(None).is_none());
 
         // One again when the other goes; none when both have.
