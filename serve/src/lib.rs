@@ -55,8 +55,9 @@
 //!   other flags choose is the default, for every other name. `--sni-strict` refuses other names.
 //!   A handshake without a server name (a client connecting to an IP address sends none) is
 //!   served the certificate for the IP address it arrived on, if a route (`--sni 192.0.2.7=DIR`,
-//!   a Secret, `--acme-domain 192.0.2.7`) has one, else the one IP certificate if there is
-//!   exactly one, else the default (refused under `--sni-strict`).
+//!   a Secret, `--acme-domain 192.0.2.7`) has one or the default covers it, else the routes'
+//!   one IP certificate if there is exactly one, else the default (refused under
+//!   `--sni-strict`).
 //! - `--k8s-secrets NAMESPACE --selector SELECTOR` serves every `kubernetes.io/tls` Secret
 //!   matching the label selector, each for the DNS names in its certificate, through one watch.
 //!   Connections are refused until the whole list is in (so no listed name is served the

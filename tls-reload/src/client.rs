@@ -435,7 +435,7 @@ struct Client {
 impl Apply for Client {
     const METRICS: bool = false;
 
-    fn install(&mut self, _slot: Option<&Arc<Slot>>, validated: &crate::Validated) {
+    fn install(&mut self, _slot: Option<&Arc<Slot>>, validated: &crate::Validated, _: bool) {
         let Some(identity) = self.identity.upgrade() else {
             return;
         };

@@ -13,8 +13,8 @@
 //!   and [`Builder::routes`] (a [`tls_source::KeyedCertSource`], e.g. Secrets by label selector),
 //!   a default for unknown names or [`Builder::sni_strict`]. One task serves every route.
 //!   Certificates for IP addresses too: a client connecting to an address sends no server
-//!   name, and is served the IP certificate of the local address it arrived on, else the one
-//!   IP certificate if there is exactly one ([`CertResolver`], [`on_local_addr`]).
+//!   name, and is served the certificate for the local address it arrived on, else the one IP
+//!   certificate if there is exactly one ([`CertResolver`], [`on_local_addr`]).
 //! - Wait-free, allocation-free reads: with one certificate, `resolve` is one atomic load and a
 //!   reference-count increment (a per-thread cache in front of arc-swap); with SNI routes, a hash
 //!   lookup of the name and an arc-swap load.

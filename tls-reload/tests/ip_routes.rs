@@ -143,6 +143,32 @@ async fn under_strict_sni_a_nameless_handshake_gets_an_ip_certificate_or_nothing
     );
 }
 
+/// A default certificate that covers the address keeps it, strict or not; the one IP
+/// certificate of the routes serves the other addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_that_covers_the_address_is_served_there_before_the_one_ip_certificate() {
+    let ca = TestCa::new("ip-default");
+    for strict in [false, true] {
+        let default = ca.leaf(&["localhost", "127.0.0.1"]);
+        let two = ca.leaf(&["127.0.0.2"]);
+        let (feed, reloader, port) = serve(strict, &default).await;
+        put(&feed, "two", &two);
+        installed(&reloader, &["two"]).await;
+        assert_eq!(
+            at("127.0.0.1", port).await.unwrap(),
+            default.fingerprint,
+            "strict: {strict}"
+        );
+        assert_eq!(at("127.0.0.2", port).await.unwrap(), two.fingerprint);
+        assert_eq!(
+            at("127.0.0.3", port).await.unwrap(),
+            two.fingerprint,
+            "strict: {strict}: the one IP certificate"
+        );
+        reloader.stop();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv6_address_is_served_its_certificate() {
     if std::net::TcpListener::bind("[::1]:0").is_err() {

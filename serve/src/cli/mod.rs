@@ -196,8 +196,8 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "NAME=DIR", value_parser = sni_route, help_heading = SNI)]
     sni: Vec<(String, PathBuf)>,
     /// Refuse handshakes for names no route serves, instead of the default; one without a
-    /// server name (a client connecting to an IP address) is served an IP certificate (the one
-    /// for the address it arrived on, or the only one) or refused
+    /// server name (a client connecting to an IP address) is served a certificate for the
+    /// address it arrived on, or the routes' only IP certificate, or refused
     #[arg(long, help_heading = SNI)]
     sni_strict: bool,
     /// Serve every kubernetes.io/tls Secret in NAMESPACE for the DNS names in its certificate

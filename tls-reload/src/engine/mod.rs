@@ -75,6 +75,8 @@ pub(crate) enum Effect {
     Install {
         slot: Option<Arc<Slot>>,
         validated: Validated,
+        /// The default route's (its addresses serve handshakes without a server name).
+        default: bool,
     },
     /// The SNI table to serve from now on.
     Table(Table),
@@ -596,7 +598,7 @@ impl Engine {
             self.out.push(Effect::Arm(due, at));
         }
         let names = if route.by_names() {
-            routes::served_by(&info)
+            routes::served_by(&info, &route.kind)
         } else {
             Vec::new()
         };
@@ -638,6 +640,7 @@ impl Engine {
         self.out.push(Effect::Install {
             slot: route.slot.clone(),
             validated,
+            default,
         });
         self.event(event);
         self.changed.push(id);

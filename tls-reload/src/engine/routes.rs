@@ -135,17 +135,20 @@ impl Route {
     }
 }
 
-/// What a certificate is served by when its route serves by names: its DNS names, then its IP
-/// addresses (for handshakes without a server name).
-pub(crate) fn served_by(info: &crate::CertInfo) -> Vec<RouteName> {
+/// What a certificate is served by when its route serves by names: its DNS names, then (a
+/// keyed route's) its IP addresses, for handshakes without a server name. The default's
+/// addresses are the resolver's to check (`CertResolver::store_default_addrs`): they come after
+/// every route's, and do not make it "the one IP certificate".
+pub(crate) fn served_by(info: &crate::CertInfo, kind: &Kind) -> Vec<RouteName> {
+    let ips = if matches!(kind, Kind::Keyed) {
+        info.ip_addresses.as_slice()
+    } else {
+        &[]
+    };
     info.dns_names
         .iter()
         .filter_map(|n| RouteName::parse(n).ok())
-        .chain(
-            info.ip_addresses
-                .iter()
-                .map(|ip| RouteName::Ip(ip.to_canonical())),
-        )
+        .chain(ips.iter().map(|ip| RouteName::Ip(ip.to_canonical())))
         .collect()
 }
 

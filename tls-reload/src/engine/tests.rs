@@ -347,7 +347,7 @@ fn a_keyed_certificate_for_an_address_is_served_by_it_and_one_with_no_name_is_re
     assert_eq!(status(&effects, Some("ns/ip")).names, ["127.0.0.2"]);
     apply_table(&mut served, &effects);
     let by_address = served
-        .lookup_addr(Some("127.0.0.2".parse().unwrap()))
+        .lookup_addr("127.0.0.2".parse().unwrap())
         .map(|key| tls_source::Digest::of(&key.cert[0]).to_string());
     assert_eq!(by_address, Some(fingerprint(&ip_only)));
     assert_eq!(served_for(&served, "127.0.0.2"), None, "not a server name");
@@ -627,6 +627,7 @@ fn apply_table(served: &mut Table, effects: &[Effect]) {
             Effect::Install {
                 slot: Some(slot),
                 validated,
+                ..
             } => slot.store(Some(Arc::clone(validated.certified_key()))),
             Effect::Table(table) => *served = table.clone(),
             Effect::TableEdit(edits) => served.edit(edits),

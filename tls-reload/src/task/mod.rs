@@ -62,8 +62,9 @@ const MAX_BATCH: usize = 64;
 pub(crate) trait Apply {
     /// Whether the events are counted in the metrics (the server's; the client side's are not).
     const METRICS: bool;
-    /// Serve a validated certificate in `slot` (`None`: the default, or the client identity).
-    fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated);
+    /// Serve a validated certificate in `slot` (`None`: the default, or the client identity);
+    /// `default`: it is the default route's (in its own slot under strict SNI).
+    fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated, default: bool);
     /// Serve from this SNI table.
     fn table(&mut self, table: Table);
     /// Edit the SNI table served: each name to its slot now (`None`: removed).
@@ -236,8 +237,11 @@ impl Plan {
 impl Apply for Server {
     const METRICS: bool = true;
 
-    fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated) {
+    fn install(&mut self, slot: Option<&Arc<Slot>>, validated: &Validated, default: bool) {
         let certified = Arc::clone(validated.certified_key());
+        if default && let Some(resolver) = self.resolver.upgrade() {
+            resolver.store_default_addrs(&validated.info().ip_addresses, &certified);
+        }
         match slot {
             Some(slot) => slot.store(Some(certified)),
             None => {
@@ -430,8 +434,12 @@ fn apply_effects<A: Apply>(effects: Vec<Effect>, apply: &mut A, by: Applier) -> 
     let mut due = Vec::new();
     for effect in effects {
         match effect {
-            Effect::Install { slot, validated } => {
-                apply.install(slot.as_ref(), &validated);
+            Effect::Install {
+                slot,
+                validated,
+                default,
+            } => {
+                apply.install(slot.as_ref(), &validated, default);
                 if by == Applier::Inline {
                     std::thread::yield_now();
                 }

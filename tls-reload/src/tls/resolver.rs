@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
@@ -19,10 +19,12 @@ use super::{Slot, Table, TableEdit};
 /// default certificate.
 ///
 /// A handshake without a server name (rustls reports an IP address sent as one as none too)
-/// is served, when routes hold certificates for IP addresses, the one covering the local
-/// address it arrived on ([`Incoming`](crate::Incoming) knows it; an acceptor of your own says
-/// it with [`on_local_addr`]), else the one IP certificate if there is exactly one, else what
-/// any unknown name gets: the default certificate, or nothing under strict SNI.
+/// is served the certificate for the local address it arrived on ([`Incoming`](crate::Incoming)
+/// knows it; an acceptor of your own says it with [`on_local_addr`]): a route's for that IP
+/// address, else the default certificate if it covers the address; else the one IP
+/// certificate among the routes if there is exactly one (behind NAT the address a client
+/// reached is not the socket's); else what any unknown name gets: the default certificate, or
+/// nothing under strict SNI.
 ///
 /// `resolve` is wait-free and allocation-free. With one certificate it is, on each thread, one
 /// atomic load of the installed generation and a reference-count increment of the certificate
@@ -49,6 +51,9 @@ pub struct CertResolver {
     id: u64,
     /// The SNI routes; empty without routes.
     table: ArcSwap<Table>,
+    /// The default certificate with the IP addresses it covers, when it covers any: a
+    /// handshake without a server name that arrived on one of them is served it.
+    default_addrs: ArcSwapOption<DefaultAddrs>,
     /// The table before the last edit and the edits it lacks: the next edit's starting point.
     spare: Mutex<Option<(Arc<Table>, Vec<TableEdit>)>>,
     /// `None` without SNI routes: the single-certificate path skips the table.
@@ -156,6 +161,12 @@ impl fmt::Debug for Takeover {
     }
 }
 
+/// The default certificate and its IP addresses.
+struct DefaultAddrs {
+    ips: Box<[IpAddr]>,
+    key: Arc<CertifiedKey>,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Sni {
     strict: bool,
@@ -216,6 +227,7 @@ impl CertResolver {
             generation: AtomicU64::new(0),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             table: ArcSwap::from_pointee(Table::default()),
+            default_addrs: ArcSwapOption::const_empty(),
             spare: Mutex::new(None),
             sni: routes.then_some(Sni { strict }),
             gone,
@@ -227,6 +239,17 @@ impl CertResolver {
         self.default.store(Some(certified));
         // After the store: a reader that sees the new generation then loads the new certificate.
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Says which addresses the default certificate `key` covers (the reload task only, as it
+    /// installs the default; under strict SNI the default serves from a slot of its own).
+    pub(crate) fn store_default_addrs(&self, ips: &[IpAddr], key: &Arc<CertifiedKey>) {
+        self.default_addrs.store((!ips.is_empty()).then(|| {
+            Arc::new(DefaultAddrs {
+                ips: ips.iter().map(IpAddr::to_canonical).collect(),
+                key: Arc::clone(key),
+            })
+        }));
     }
 
     /// Installs a new SNI table (the reload task only).
@@ -309,7 +332,18 @@ impl CertResolver {
         let table = self.table.load();
         let found = match server_name {
             Some(name) => table.lookup(name),
-            None => table.lookup_addr(local),
+            // A route's IP certificate for the address, the default's, the one IP certificate.
+            None => local
+                .and_then(|local| {
+                    table.lookup_addr(local).or_else(|| {
+                        self.default_addrs
+                            .load()
+                            .as_ref()
+                            .filter(|d| d.ips.contains(&local.to_canonical()))
+                            .map(|d| Arc::clone(&d.key))
+                    })
+                })
+                .or_else(|| table.sole_ip()),
         };
         if found.is_some() {
             return found;

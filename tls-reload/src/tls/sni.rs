@@ -18,7 +18,7 @@ pub(crate) type Slot = ArcSwapOption<CertifiedKey>;
 const MAX_NAME: usize = 253;
 
 /// A route's name: an exact DNS name or a one-label wildcard, lower-case, without a trailing
-/// dot; or an IP address, served to handshakes without a server name (see [`Table::lookup_addr`]).
+/// dot; or an IP address, served to handshakes without a server name (see `Table::lookup_addr`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum RouteName {
     /// `api.example.com`.
@@ -190,21 +190,23 @@ impl Table {
         self.wildcard.get(parent).and_then(|slot| slot.load_full())
     }
 
-    /// The certificate for a handshake without a server name (or with an IP address as one,
-    /// which rustls reports as none) that arrived on `local` (`None`: not known): the IP
-    /// certificate covering that address, else the one IP certificate if there is exactly one
-    /// (behind NAT the address a client reached is not the socket's), else `None`.
+    /// The IP certificate for a handshake without a server name (or with an IP address as
+    /// one, which rustls reports as none) that arrived on `local`.
     #[inline]
-    pub(crate) fn lookup_addr(&self, local: Option<IpAddr>) -> Option<Arc<CertifiedKey>> {
+    pub(crate) fn lookup_addr(&self, local: IpAddr) -> Option<Arc<CertifiedKey>> {
         if self.ip.is_empty() {
             return None;
         }
-        if let Some(found) = local
-            .and_then(|ip| self.ip.get(&ip.to_canonical()))
+        self.ip
+            .get(&local.to_canonical())
             .and_then(|slot| slot.load_full())
-        {
-            return Some(found);
-        }
+    }
+
+    /// The one IP certificate, if there is exactly one: it also serves the handshakes without a
+    /// server name that arrived on another address, or on one not known (behind NAT the
+    /// address a client reached is not the socket's).
+    #[inline]
+    pub(crate) fn sole_ip(&self) -> Option<Arc<CertifiedKey>> {
         match self.ip_slots.values().next() {
             Some((slot, _)) if self.ip_slots.len() == 1 => slot.load_full(),
             _ => None,
@@ -265,6 +267,13 @@ mod tests {
         (Arc::new(Slot::new(Some(Arc::clone(&key)))), key)
     }
 
+    /// What a handshake without a server name that arrived on `local` gets from the routes.
+    fn nameless(table: &Table, local: Option<IpAddr>) -> Option<Arc<CertifiedKey>> {
+        local
+            .and_then(|local| table.lookup_addr(local))
+            .or_else(|| table.sole_ip())
+    }
+
     #[test]
     fn without_a_server_name_the_local_address_picks_the_ip_certificate_or_the_only_one_does() {
         let ip = |text: &str| text.parse::<IpAddr>().unwrap();
@@ -273,7 +282,7 @@ mod tests {
         let (dns, _) = slot("a.example.com");
         table.set(&name("a.example.com"), Some(&dns));
         assert!(
-            table.lookup_addr(Some(ip("127.0.0.2"))).is_none(),
+            nameless(&table, Some(ip("127.0.0.2"))).is_none(),
             "no IP certificate"
         );
 
@@ -287,7 +296,7 @@ mod tests {
             Some(ip("10.0.0.1")),
             None,
         ] {
-            let served = table.lookup_addr(local).expect("the one IP certificate");
+            let served = nameless(&table, local).expect("the one IP certificate");
             assert_eq!(served.cert, one_key.cert, "{local:?}");
         }
 
@@ -295,33 +304,33 @@ mod tests {
         let (two, two_key) = slot("two.example.com");
         table.set(&name("127.0.0.3"), Some(&two));
         assert_eq!(
-            table.lookup_addr(Some(ip("127.0.0.3"))).unwrap().cert,
+            nameless(&table, Some(ip("127.0.0.3"))).unwrap().cert,
             two_key.cert
         );
         assert_eq!(
-            table.lookup_addr(Some(ip("::1"))).unwrap().cert,
+            nameless(&table, Some(ip("::1"))).unwrap().cert,
             one_key.cert
         );
         assert!(
-            table.lookup_addr(Some(ip("10.0.0.1"))).is_none(),
+            nameless(&table, Some(ip("10.0.0.1"))).is_none(),
             "which one is not known"
         );
-        assert!(table.lookup_addr(None).is_none());
+        assert!(nameless(&table, None).is_none());
 
         // An address moving to the other certificate (set twice: nothing counted twice)
         // leaves one IP certificate; moved back, two again.
         table.set(&name("127.0.0.3"), Some(&one));
         table.set(&name("127.0.0.3"), Some(&one));
-        assert_eq!(table.lookup_addr(None).unwrap().cert, one_key.cert);
+        assert_eq!(nameless(&table, None).unwrap().cert, one_key.cert);
         table.set(&name("127.0.0.3"), Some(&two));
-        assert!(table.lookup_addr(None).is_none());
+        assert!(nameless(&table, None).is_none());
 
         // One again when the other goes; none when both have.
         table.set(&name("127.0.0.3"), None);
-        assert_eq!(table.lookup_addr(None).unwrap().cert, one_key.cert);
+        assert_eq!(nameless(&table, None).unwrap().cert, one_key.cert);
         table.set(&name("127.0.0.2"), None);
         table.set(&name("::1"), None);
-        assert!(table.lookup_addr(None).is_none());
+        assert!(nameless(&table, None).is_none());
         assert_eq!(table.len(), 1);
     }
 }
