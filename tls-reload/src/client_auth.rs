@@ -13,7 +13,7 @@ use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
-use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
+use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 use tokio::sync::watch;
 
 use crate::CertResolver;
@@ -39,8 +39,12 @@ type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 ///   no longer trusted could resume its way in. The reloader keeps one session store across
 ///   the configs it builds (resumption keeps working through ordinary rotations) and replaces
 ///   it when a CA leaves the trusted set: every session from before must then do a full
-///   handshake. Stateless tickets are not issued (they could not be revoked); a ticketer set by
-///   [`configure`](Self::configure) is kept, with a warning.
+///   handshake. Stateless tickets cannot be revoked so: they are issued only with
+///   [`Builder::session_tickets`](crate::Builder::session_tickets), and the accept stream then
+///   checks every resumed client against the trust in force, closing it before a byte is served
+///   when it fails ([`Reloader::verify_resumed`](crate::Reloader::verify_resumed), yours to call
+///   with an acceptor of your own). A ticketer set by [`configure`](Self::configure) is kept,
+///   with a warning.
 /// - **Your config.** [`configure`](Self::configure) finishes every `ServerConfig` built (ALPN:
 ///   `h2` and `http/1.1` unless it says otherwise). [`Reloader::current_server_config`] is the
 ///   one to use for each new connection; [`Incoming`](crate::Incoming) does that by itself.
@@ -123,6 +127,10 @@ pub(crate) struct TrustConfig {
     sessions: Arc<dyn StoresServerSessions>,
     /// The config every new connection loads; the [`Reloader`](crate::Reloader) handles hold it.
     config: Weak<ArcSwap<ServerConfig>>,
+    /// The verifier in force, stored with each config.
+    current: Arc<ArcSwap<Arc<dyn ClientCertVerifier>>>,
+    /// The session tickets of [`Builder::session_tickets`](crate::Builder::session_tickets).
+    ticketer: Option<Arc<dyn ProducesTickets>>,
     warned_ticketer: bool,
 }
 
@@ -135,6 +143,8 @@ pub(crate) struct TrustParts {
     pub(crate) shared: Arc<ArcSwap<ServerConfig>>,
     /// What open connections watch: the verifier after each removal of a CA.
     pub(crate) revoked: watch::Receiver<Arc<dyn ClientCertVerifier>>,
+    /// The verifier in force now: what a resumed client is checked against.
+    pub(crate) current: Arc<ArcSwap<Arc<dyn ClientCertVerifier>>>,
 }
 
 impl TrustParts {
@@ -145,11 +155,13 @@ impl TrustParts {
         auth: ClientAuth,
         provider: Arc<CryptoProvider>,
         resolver: &Arc<CertResolver>,
+        ticketer: Option<Arc<dyn ProducesTickets>>,
     ) -> Result<Self, rustls::Error> {
         let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSIONS);
         let (config, verifier) =
             crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
         let shared = Arc::new(ArcSwap::from_pointee(config.clone()));
+        let current = Arc::new(ArcSwap::from_pointee(Arc::clone(&verifier)));
         let (revoked_tx, revoked) = watch::channel(verifier);
         let set = TrustSet::new(auth.overlap, auth.source.is_none());
         let mut trust = TrustConfig {
@@ -159,6 +171,8 @@ impl TrustParts {
             resolver: Arc::downgrade(resolver),
             sessions,
             config: Arc::downgrade(&shared),
+            current: Arc::clone(&current),
+            ticketer,
             warned_ticketer: false,
         };
         trust.finish_and_store(config);
@@ -168,6 +182,7 @@ impl TrustParts {
             source: auth.source,
             shared,
             revoked,
+            current,
         })
     }
 }
@@ -189,6 +204,7 @@ impl TrustConfig {
         let (config, verifier) =
             crate::tls::mtls_server_config(&self.provider, &resolver, roots, &self.sessions)?;
         self.finish_and_store(config);
+        self.current.store(Arc::new(Arc::clone(&verifier)));
         // Its own event: the server's certificate (and its generation) did not change.
         tracing::info!(trusted = roots.len(), "client CAs changed");
         crate::metrics::client_cas_changed();
@@ -207,11 +223,14 @@ impl TrustConfig {
         }
         // The store that can be invalidated, whatever the hook did.
         config.session_storage = Arc::clone(&self.sessions);
-        if config.ticketer.enabled() && !self.warned_ticketer {
+        if let Some(ticketer) = &self.ticketer {
+            config.ticketer = Arc::clone(ticketer);
+        } else if config.ticketer.enabled() && !self.warned_ticketer {
             self.warned_ticketer = true;
             tracing::warn!(
-                "a ticketer was configured: its tickets survive the removal of a client CA, so a \
-                 client whose CA is no longer trusted can resume; leave the ticketer unset"
+                "a ticketer was configured: its tickets survive the removal of a client CA; the \
+                 accept stream checks each resumed client against the trust in force, an \
+                 acceptor of your own must (Reloader::verify_resumed)"
             );
         }
         if let Some(shared) = self.config.upgrade() {

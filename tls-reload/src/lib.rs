@@ -153,6 +153,8 @@ mod status;
 mod task;
 #[cfg(test)]
 mod testing;
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+mod tickets;
 mod tls;
 mod validate;
 
@@ -174,6 +176,12 @@ pub use reloader::{Builder, ReloadTask, Reloader};
 /// The rustls this crate builds on, for `ServerConfig`, providers and the rest.
 pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+pub use tickets::{
+    DEFAULT_ROTATION as DEFAULT_TICKET_ROTATION, SessionTickets, SharedTicketKeys, TicketKey,
+    TicketsError, TicketsStatus, next_due as next_ticket_due,
+    next_schedule as next_ticket_schedule,
+};
 #[cfg(feature = "ring")]
 pub use tls::ring_provider;
 pub use tls::{CertResolver, HandshakeHook, Takeover, default_crypto_provider, on_local_addr};

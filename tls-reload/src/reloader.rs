@@ -75,6 +75,13 @@ pub struct Reloader {
     /// stream's connections watch).
     #[cfg_attr(not(feature = "accept"), allow(dead_code))]
     revoked: Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>>,
+    /// With client authentication: the verifier in force now (a resumed client is checked
+    /// against it).
+    trust_now: Option<Arc<ArcSwap<Arc<dyn rustls::server::danger::ClientCertVerifier>>>>,
+    /// The session tickets every config gets ([`Builder::session_tickets`]).
+    ticketer: Option<Arc<dyn rustls::server::ProducesTickets>>,
+    #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+    tickets: Option<Arc<crate::tickets::Ticketer>>,
     /// Whether there is a default route ([`Builder::spawn`], not `spawn_routes`): what
     /// [`ready_timeout`](Self::ready_timeout) names when it has no certificate.
     has_default: bool,
@@ -93,6 +100,8 @@ pub struct Builder {
     ready_before_lists: bool,
     client_auth: Option<ClientAuth>,
     hook: Option<Arc<dyn HandshakeHook>>,
+    #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+    tickets: Option<Arc<crate::tickets::Ticketer>>,
 }
 
 /// The reload task, for the caller to run: [`Builder::build`] returns it with its
@@ -119,6 +128,8 @@ impl Default for Builder {
             ready_before_lists: false,
             client_auth: None,
             hook: None,
+            #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+            tickets: None,
         }
     }
 }
@@ -221,6 +232,20 @@ impl Builder {
         self
     }
 
+    /// Issues TLS 1.3 session tickets on the keys `tickets` gives (a secret the processes
+    /// share, a fleet's keys, or this process's own; see [`SessionTickets`]), in every config
+    /// the reloader builds ([`Reloader::server_config`], the accept stream's, and with client
+    /// authentication its configs too: the accept stream checks each resumed client against the
+    /// trust in force, [`Reloader::verify_resumed`]). Default: none (rustls's per-process
+    /// session cache only). Needs the feature `aws-lc-rs` or `ring`.
+    ///
+    /// [`SessionTickets`]: crate::SessionTickets
+    #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+    pub fn session_tickets(mut self, tickets: crate::SessionTickets) -> Self {
+        self.tickets = Some(Arc::new(crate::tickets::Ticketer::new(tickets)));
+        self
+    }
+
     /// Requires client certificates (mTLS), trusted as [`ClientAuth`] says; the trust rotates
     /// with the default certificate's bundle. Serve with [`Reloader::current_server_config`]
     /// per connection ([`Incoming`](crate::Incoming) does).
@@ -311,17 +336,23 @@ impl Builder {
         });
         let (ended_tx, ended_rx) = watch::channel(None);
         let validator = Validator::new(Arc::clone(&provider), self.policy).with_clock(self.clock);
+        #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+        let ticketer = self
+            .tickets
+            .clone()
+            .map(|t| t as Arc<dyn rustls::server::ProducesTickets>);
+        #[cfg(not(any(feature = "aws-lc-rs", feature = "ring")))]
+        let ticketer: Option<Arc<dyn rustls::server::ProducesTickets>> = None;
         let (trust, tls_config) = match self.client_auth {
             Some(auth) => {
                 let parts =
-                    TrustParts::new(auth, Arc::clone(&provider), &resolver).map_err(|e| {
-                        Error::ClientAuthConfig {
+                    TrustParts::new(auth, Arc::clone(&provider), &resolver, ticketer.clone())
+                        .map_err(|e| Error::ClientAuthConfig {
                             reason: e.to_string(),
-                        }
-                    })?;
+                        })?;
                 (
                     Some((parts.set, parts.config, parts.source)),
-                    Some((parts.shared, parts.revoked)),
+                    Some((parts.shared, parts.revoked, parts.current)),
                 )
             }
             None => (None, None),
@@ -375,8 +406,12 @@ impl Builder {
                 status: rx,
                 ended: ended_rx,
                 token,
-                tls_config: tls_config.as_ref().map(|(shared, _)| Arc::clone(shared)),
-                revoked: tls_config.map(|(_, revoked)| revoked),
+                tls_config: tls_config.as_ref().map(|(shared, _, _)| Arc::clone(shared)),
+                revoked: tls_config.as_ref().map(|(_, revoked, _)| revoked.clone()),
+                trust_now: tls_config.map(|(_, _, current)| current),
+                ticketer,
+                #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+                tickets: self.tickets,
                 has_default,
             },
             ReloadTask { inner },
@@ -452,8 +487,43 @@ impl Reloader {
     pub fn server_config(&self) -> Result<rustls::ServerConfig, rustls::Error> {
         match &self.tls_config {
             Some(config) => Ok(rustls::ServerConfig::clone(&config.load())),
-            None => tls::server_config(Arc::clone(&self.provider), self.resolver()),
+            None => {
+                let mut config = tls::server_config(Arc::clone(&self.provider), self.resolver())?;
+                if let Some(ticketer) = &self.ticketer {
+                    config.ticketer = Arc::clone(ticketer);
+                }
+                Ok(config)
+            }
         }
+    }
+
+    /// What the session-ticket keys in use now are ([`Builder::session_tickets`]): where they
+    /// come from, the current key's id and since when; `None` without session tickets.
+    #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+    pub fn session_tickets(&self) -> Option<crate::TicketsStatus> {
+        self.tickets.as_ref().map(|t| t.status())
+    }
+
+    /// Whether `conn`, once its handshake is done, may be served: a resumed session restores
+    /// the client's certificates without asking the verifier again, so with client
+    /// authentication a resumed client is checked against the trust in force now (a session
+    /// made under a CA that has since left is refused). `Ok` for a full handshake, and without
+    /// client authentication. The accept stream ([`Incoming`](crate::Incoming)) does this
+    /// itself; with an acceptor of your own, call it before serving a byte, and close the
+    /// connection on `Err`.
+    ///
+    /// # Errors
+    /// Why the resumed client's certificate is not trusted now.
+    pub fn verify_resumed(&self, conn: &rustls::ServerConnection) -> Result<(), rustls::Error> {
+        verify_resumed(self.trust_now.as_deref(), conn)
+    }
+
+    /// The verifier in force now, with client authentication (for the accept stream).
+    #[cfg(feature = "accept")]
+    pub(crate) fn trust_now(
+        &self,
+    ) -> Option<Arc<ArcSwap<Arc<dyn rustls::server::danger::ClientCertVerifier>>>> {
+        self.trust_now.clone()
     }
 
     /// For an acceptor of your own: the config for a handshake the
@@ -666,4 +736,23 @@ fn first_error(status: &Status) -> Option<Arc<Error>> {
         .clone()
         .or_else(|| status.routes.values().find_map(|r| r.last_error.clone()))
         .or_else(|| status.client_ca_error.clone())
+}
+
+/// [`Reloader::verify_resumed`], given the verifier in force (`None`: no client
+/// authentication).
+pub(crate) fn verify_resumed(
+    trust: Option<&ArcSwap<Arc<dyn rustls::server::danger::ClientCertVerifier>>>,
+    conn: &rustls::ServerConnection,
+) -> Result<(), rustls::Error> {
+    let (Some(trust), Some(rustls::HandshakeKind::Resumed)) = (trust, conn.handshake_kind()) else {
+        return Ok(());
+    };
+    let Some((leaf, intermediates)) = conn.peer_certificates().and_then(<[_]>::split_first) else {
+        // A resumed session of an mTLS server always had a client certificate.
+        return Err(rustls::Error::NoCertificatesPresented);
+    };
+    trust
+        .load()
+        .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+        .map(drop)
 }

@@ -129,6 +129,8 @@ impl std::task::Wake for Woken {
 pub(super) struct Follow {
     /// The verifier after each removal of a CA.
     pub(super) revoked: Option<watch::Receiver<Arc<dyn ClientCertVerifier>>>,
+    /// The verifier in force: a resumed client is checked against it before it is served.
+    pub(super) current: Option<Arc<arc_swap::ArcSwap<Arc<dyn ClientCertVerifier>>>>,
     /// Close at the client certificate's `notAfter`.
     pub(super) at_expiry: bool,
     pub(super) grace: Duration,

@@ -317,6 +317,14 @@ where
             match tokio::time::timeout(timeout, accept).await {
                 Ok(Ok(None)) => None,
                 Ok(Ok(Some(stream))) => {
+                    // A resumed session skipped the client certificate check: the trust now.
+                    if let Err(err) = crate::reloader::verify_resumed(
+                        follow.current.as_deref(),
+                        stream.get_ref().1,
+                    ) {
+                        tracing::info!(peer = ?peer, error = %err, "a resumed client is no longer trusted; connection closed");
+                        return None;
+                    }
                     let recycle = recycle.map(|(age, resolver, status)| {
                         let server_name = stream.get_ref().1.server_name().map(str::to_owned);
                         Recycle {
