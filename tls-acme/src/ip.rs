@@ -98,6 +98,7 @@ pub(crate) fn budget_key(ip: IpAddr) -> String {
 /// `ip` as part of a Kubernetes object name (lower-case letters, digits, `-` and `.`): an IPv4
 /// address as it is, an IPv6 address as its eight groups written in full, joined by `-` (one
 /// spelling per address; no DNS name a CA issues for looks like it: those have a dot).
+#[cfg(any(feature = "k8s", test))]
 pub(crate) fn object_name(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(v4) => v4.to_string(),
