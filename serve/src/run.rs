@@ -18,7 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs};
+use crate::cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs, Tickets};
 use crate::status::{AppState, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party crates only at error
@@ -119,6 +119,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .routes(acme.source().context("the ACME source")?)
             .handshake_hook(acme.challenges());
     }
+    if let Some(tickets) = session_tickets(&args, leader.clone(), &shutdown).await? {
+        builder = builder.session_tickets(tickets);
+    }
     let reloader = builder.spawn(source)?;
     if let (Some(acme), Some(addr)) = (&acme, args.acme.as_ref().and_then(|a| a.http_listen)) {
         spawn_http01(acme, addr, shutdown.clone()).await?;
@@ -148,6 +151,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             leader,
             sealing,
             acme: acme.as_deref().map(tls_rotation::acme::Acme::status),
+            tickets: (!matches!(args.tickets, Tickets::Off)).then(|| reloader.clone()),
         });
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
@@ -295,6 +299,48 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             Ok((source.build().boxed_source(), None, None))
         }
     }
+}
+
+/// The session tickets of `--session-tickets`: from the file's secret, or the fleet's keys
+/// (written by the Lease holder `leader` says, read by this replica until `shutdown`).
+async fn session_tickets(
+    args: &Args,
+    leader: Option<watch::Receiver<tls_rotation::k8s::Leadership>>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<tls_rotation::SessionTickets>> {
+    Ok(match &args.tickets {
+        Tickets::Off => None,
+        Tickets::File {
+            path,
+            secret,
+            rotation,
+        } => Some(
+            tls_rotation::SessionTickets::from_secret(&secret.0)
+                .with_context(|| format!("--session-tickets {}", path.display()))?
+                .rotation(*rotation),
+        ),
+        Tickets::Fleet {
+            namespace,
+            name,
+            identity,
+            rotation,
+        } => {
+            let leader = leader.context("--session-tickets fleet: the fleet has no Lease")?;
+            let mut fleet = tls_rotation::k8s::FleetTickets::new(
+                kube_client().await?,
+                namespace,
+                name,
+                crate::cli::crypto_provider().secure_random,
+            )
+            .rotation(*rotation);
+            if let Some(seal) = seal(&args.seal)? {
+                fleet = fleet.seal(seal);
+            }
+            let keys = fleet.keys();
+            fleet.start(leader, identity.clone(), shutdown.clone());
+            Some(tls_rotation::SessionTickets::shared(keys)?.rotation(*rotation))
+        }
+    })
 }
 
 /// The ACME client of `--acme-directory` (checked when the flags were); a fleet's account

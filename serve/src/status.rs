@@ -19,6 +19,8 @@ pub(crate) struct AppState {
     pub(crate) sealing: Option<Sealing>,
     /// With `--acme-directory`: each name's state.
     pub(crate) acme: Option<watch::Receiver<tls_rotation::acme::AcmeStatus>>,
+    /// With `--session-tickets`: the reloader, which says which key is current.
+    pub(crate) tickets: Option<tls_rotation::Reloader>,
 }
 
 /// With `--k8s-shared`: the `--seal-key` ring (none: state stored unsealed), and whether this
@@ -66,6 +68,23 @@ pub(crate) async fn status_json(
     }
     if let Some(acme) = &state.acme {
         json["acme"] = serde_json::to_value(&*acme.borrow()).unwrap_or_default();
+    }
+    if let Some(tickets) = state
+        .tickets
+        .as_ref()
+        .and_then(tls_rotation::Reloader::session_tickets)
+    {
+        // The current key's id and age, never a key.
+        let age = std::time::SystemTime::now()
+            .duration_since(tickets.since)
+            .unwrap_or_default();
+        json["session_tickets"] = serde_json::json!({
+            "source": tickets.source,
+            "key_id": tickets.key_id,
+            "key_age_seconds": age.as_secs(),
+            "rotation_seconds": tickets.rotation.as_secs(),
+            "note": tickets.note,
+        });
     }
     Json(json)
 }

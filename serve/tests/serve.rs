@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -1171,6 +1172,94 @@ async fn k8s_shared_with_a_seal_key_seals_the_ca_and_a_replica_without_the_key_s
     }
     sealing.signal("-TERM");
     assert_eq!(sealing.exit_code().await, Some(0));
+}
+
+/// `--session-tickets fleet`: three `serve --k8s-shared --seal-key` replicas, the Lease holder
+/// writes the ticket keys sealed into `web-tls-tickets`, every replica reads them, and a client
+/// with one session cache going round-robin resumes on every connection after its first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_tickets_of_a_fleet_resume_a_client_on_every_replica() {
+    use tokio::io::AsyncReadExt as _;
+    let api = tls_test::KubeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("seal.key");
+    assert!(
+        std::process::Command::new("openssl")
+            .args(["rand", "-out"])
+            .arg(&key)
+            .args(["-base64", "32"])
+            .status()
+            .expect("openssl")
+            .success()
+    );
+    let mut replicas = Vec::new();
+    for id in ["web-0", "web-1", "web-2"] {
+        let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
+        let args = [
+            "--k8s-shared",
+            "default/web-tls",
+            "--identity",
+            id,
+            "--seal-key",
+            key.to_str().unwrap(),
+            "--session-tickets",
+            "fleet",
+        ];
+        replicas.push(start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await);
+    }
+    let mut key_ids = Vec::new();
+    for serve in &replicas {
+        let status = serve
+            .wait_status("the fleet's ticket keys", |s| {
+                s["session_tickets"]["source"] == "fleet"
+            })
+            .await;
+        let tickets = &status["session_tickets"];
+        assert_eq!(tickets["rotation_seconds"], 6 * 3600, "{tickets}");
+        assert!(tickets["note"].is_null(), "{tickets}");
+        key_ids.push(tickets["key_id"].clone());
+    }
+    assert!(key_ids.iter().all(|id| *id == key_ids[0]), "{key_ids:?}");
+    let stored = api.get("secrets", "default", "web-tls-tickets").unwrap();
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(stored["data"]["tickets.json"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        &value[..4],
+        b"\x89TSE",
+        "the keys are sealed: none readable in the Secret"
+    );
+
+    let config = Arc::new(tls_test::client_config());
+    let mut resumed = 0;
+    for _ in 0..3 {
+        for serve in &replicas {
+            let tcp = tokio::net::TcpStream::connect(serve.addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(Arc::clone(&config))
+                .connect(name, tcp)
+                .await
+                .unwrap();
+            resumed += usize::from(
+                tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+            );
+            // The request reads the tickets the server sends after the handshake.
+            tokio::io::AsyncWriteExt::write_all(
+                &mut tls,
+                b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let mut response = Vec::new();
+            let _ = tls.read_to_end(&mut response).await;
+            assert!(response.starts_with(b"HTTP/1.1 200"));
+        }
+    }
+    assert_eq!(resumed, 8, "every connection after the first resumed");
+    for serve in replicas {
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
 }
 
 /// A plain-HTTP GET of `path` from `addr`: the body.

@@ -203,6 +203,8 @@ mod secrets;
 mod selector;
 #[cfg(feature = "self-signed")]
 mod shared;
+#[cfg(feature = "tickets")]
+mod tickets;
 
 pub use lease::Leadership;
 
@@ -239,6 +241,8 @@ pub use shared::{
     RENEW_AFTER_ANNOTATION, SWITCH_AFTER_ANNOTATION, SharedSelfSigned, SharedSource, StateAccess,
     WriterStats,
 };
+#[cfg(feature = "tickets")]
+pub use tickets::{FleetTickets, TICKETS_KEY};
 /// Sealed at rest (the `tls-seal` crate): the seal the shared store and [`SecretSource`] use.
 pub use tls_seal as seal;
 

@@ -153,7 +153,6 @@ mod status;
 mod task;
 #[cfg(test)]
 mod testing;
-#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 mod tickets;
 mod tls;
 mod validate;
@@ -177,10 +176,10 @@ pub use reloader::{Builder, ReloadTask, Reloader};
 pub use rustls;
 pub use status::{CertInfo, Ended, RouteStatus, Status, TrustedCa};
 #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+pub use tickets::SessionTickets;
 pub use tickets::{
-    DEFAULT_ROTATION as DEFAULT_TICKET_ROTATION, SessionTickets, SharedTicketKeys, TicketKey,
-    TicketsError, TicketsStatus, next_due as next_ticket_due,
-    next_schedule as next_ticket_schedule,
+    DEFAULT_ROTATION as DEFAULT_TICKET_ROTATION, SharedTicketKeys, TicketKey, TicketsError,
+    TicketsStatus, next_due as next_ticket_due, next_schedule as next_ticket_schedule,
 };
 #[cfg(feature = "ring")]
 pub use tls::ring_provider;

@@ -99,6 +99,12 @@ impl Cli {
                 return Err("--self-signed-dir and --self-signed-ca do not go with --acme-directory and --k8s-shared: the self-signed default is kept in memory".into());
             }
         }
+        let tickets = Self::tickets(
+            &self.session_tickets,
+            self.ticket_rotation,
+            self.k8s_shared.as_ref(),
+            self.identity.clone(),
+        )?;
         let k8s_shared = if acme_fleet { None } else { self.k8s_shared };
         let self_signed = SelfSignedArgs {
             names: self.name,
@@ -163,7 +169,53 @@ impl Cli {
             metrics: self.metrics,
             seal,
             acme,
+            tickets,
         })
+    }
+
+    /// `--session-tickets` and `--ticket-rotation`; a FILE is read here, so that a bad one is a
+    /// usage error naming it.
+    fn tickets(
+        mode: &str,
+        rotation: Option<Duration>,
+        fleet: Option<&(String, String)>,
+        identity_flag: Option<String>,
+    ) -> Result<Tickets, String> {
+        let every = rotation.unwrap_or(tls_rotation::DEFAULT_TICKET_ROTATION);
+        match (mode, fleet) {
+            ("off", _) if rotation.is_some() => {
+                Err("--ticket-rotation goes with --session-tickets fleet or FILE".into())
+            }
+            ("off", _) => Ok(Tickets::Off),
+            ("fleet", None) => Err(
+                "--session-tickets fleet goes with --k8s-shared (the fleet whose Lease holder writes the keys); for processes outside a fleet, give a FILE".into(),
+            ),
+            ("fleet", Some((namespace, name))) => Ok(Tickets::Fleet {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                identity: identity(identity_flag)?,
+                rotation: every,
+            }),
+            (path, _) => {
+                use base64::Engine as _;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--session-tickets {path}: cannot read it: {e}"))?;
+                let secret = base64::engine::general_purpose::STANDARD
+                    .decode(text.trim())
+                    .ok()
+                    .filter(|bytes| bytes.len() >= 32)
+                    .ok_or_else(|| {
+                        format!(
+                            "--session-tickets {path}: not 32 or more bytes in base64 (make one with openssl rand -base64 32; the content is not shown: it is a secret)"
+                        )
+                    })?;
+                Ok(Tickets::File {
+                    path: PathBuf::from(path),
+                    secret: TicketSecret(secret),
+                    rotation: every,
+                })
+            }
+        }
     }
 
     /// The `--acme-*` flags, checked together and against what tls-acme accepts.

@@ -37,6 +37,7 @@ const MAX_VALIDITY: (Duration, &str) = (Duration::from_secs(100 * 365 * 24 * 360
 const MIN_TIMEOUT: (Duration, &str) = (Duration::from_millis(1), "1ms");
 const MAX_TIMEOUT: (Duration, &str) = (Duration::from_secs(24 * 3600), "1d");
 const NO_OVERLAP: (Duration, &str) = (Duration::ZERO, "0s");
+const MIN_ROTATION: (Duration, &str) = (Duration::from_secs(1), "1s");
 
 // The flags by help heading, one group per concern; a mode this round adds (a proxy in front of
 // an upstream, a client for outbound mTLS) brings a heading of its own, and today's flags keep
@@ -44,6 +45,7 @@ const NO_OVERLAP: (Duration, &str) = (Duration::ZERO, "0s");
 const SERVING: &str = "Serving (the listener, readiness, connections, metrics)";
 const SOURCES: &str = "Where the certificate comes from";
 const MTLS: &str = "Client certificates (mTLS)";
+const TICKETS: &str = "Session tickets (TLS 1.3 resumption on any replica)";
 const SEAL: &str =
     "Sealed at rest (with --k8s-shared; keep the key where readers of the Secrets cannot get it)";
 const SNI: &str = "SNI (the certificate chosen above is the default, for every other name)";
@@ -137,6 +139,19 @@ pub(crate) struct Cli {
     /// Once, to migrate: seal the state found unsealed instead of refusing it
     #[arg(long, help_heading = SEAL)]
     seal_adopt_unsealed: bool,
+    /// Issue TLS 1.3 session tickets a client can resume with on any replica: `fleet` (keys
+    /// the --k8s-shared Lease holder writes to the Secret NAME-tickets, sealed with
+    /// --seal-key), FILE (keys derived from 32 or more random bytes in base64 in FILE, e.g.
+    /// openssl rand -base64 32: processes given the same file share tickets, and whoever reads
+    /// it opens every period's tickets), or `off` (each process its own session cache)
+    #[arg(long, value_name = "fleet|FILE|off", default_value = "off", help_heading = TICKETS)]
+    session_tickets: String,
+    /// How long each session-ticket key is the current one; a ticket lives at most twice that
+    /// [default: 6h]
+    #[arg(long, value_name = "DURATION", help_heading = TICKETS,
+          value_parser = duration("--ticket-rotation", MIN_ROTATION, MAX_POLL, "6h or 10m"))]
+    ticket_rotation: Option<Duration>,
+
     /// Also seal the served Secret's tls.key (then only readers with the key can use it)
     #[arg(long, help_heading = SEAL)]
     seal_served_key: bool,
@@ -331,6 +346,37 @@ pub(crate) struct Args {
     pub(crate) metrics: Option<SocketAddr>,
     pub(crate) seal: SealArgs,
     pub(crate) acme: Option<AcmeArgs>,
+    pub(crate) tickets: Tickets,
+}
+
+/// `--session-tickets` (and `--ticket-rotation`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Tickets {
+    /// Each process its own session cache (rustls's default).
+    Off,
+    /// Keys derived from the secret in a file.
+    File {
+        path: PathBuf,
+        secret: TicketSecret,
+        rotation: Duration,
+    },
+    /// The fleet's keys, in `NAME-tickets`, written by the Lease holder.
+    Fleet {
+        namespace: String,
+        name: String,
+        identity: String,
+        rotation: Duration,
+    },
+}
+
+/// The bytes of a `--session-tickets FILE` (kept out of `Debug`).
+#[derive(PartialEq, Eq)]
+pub(crate) struct TicketSecret(pub(crate) Vec<u8>);
+
+impl std::fmt::Debug for TicketSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TicketSecret(..)")
+    }
 }
 
 impl Args {

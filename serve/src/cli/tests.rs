@@ -695,3 +695,83 @@ fn an_acme_profile_is_preferred_or_required_and_never_both() {
         "go with --acme-directory",
     );
 }
+
+#[test]
+fn session_tickets_are_off_by_default_and_a_file_or_the_fleet_when_asked() {
+    assert_eq!(parse(&[]).unwrap().tickets, Tickets::Off);
+    let dir = tempfile::tempdir().unwrap();
+    let (good, short) = (dir.path().join("good"), dir.path().join("short"));
+    std::fs::write(&good, "c2VjcmV0LXRpY2tldC1zZWNyZXQtb2YtMzItYnl0ZXM=\n").unwrap();
+    std::fs::write(&short, "c2hvcnQ=").unwrap();
+    let args = parse(&[
+        "--session-tickets",
+        good.to_str().unwrap(),
+        "--ticket-rotation",
+        "1h",
+    ])
+    .unwrap();
+    let Tickets::File {
+        secret, rotation, ..
+    } = &args.tickets
+    else {
+        panic!("{:?}", args.tickets)
+    };
+    assert_eq!(
+        (secret.0.as_slice(), *rotation),
+        (
+            &b"secret-ticket-secret-of-32-bytes"[..],
+            Duration::from_secs(3600)
+        )
+    );
+    assert!(!format!("{args:?}").contains("c2Vj"), "no secret in Debug");
+    refused(
+        &["--session-tickets", short.to_str().unwrap()],
+        "--session-tickets",
+        "not 32 or more bytes in base64",
+    );
+    refused(
+        &["--session-tickets", "/nonexistent/tickets"],
+        "--session-tickets /nonexistent/tickets",
+        "cannot read it",
+    );
+    refused(
+        &["--session-tickets", "fleet"],
+        "--session-tickets fleet",
+        "goes with --k8s-shared",
+    );
+    refused(
+        &["--ticket-rotation", "1h"],
+        "--ticket-rotation",
+        "goes with --session-tickets",
+    );
+    refused(
+        &[
+            "--session-tickets",
+            "fleet",
+            "--k8s-shared",
+            "default/web",
+            "--ticket-rotation",
+            "0s",
+        ],
+        "--ticket-rotation",
+        "1s",
+    );
+    let fleet = parse(&[
+        "--session-tickets",
+        "fleet",
+        "--k8s-shared",
+        "default/web",
+        "--identity",
+        "web-0",
+    ])
+    .unwrap();
+    assert_eq!(
+        fleet.tickets,
+        Tickets::Fleet {
+            namespace: "default".into(),
+            name: "web".into(),
+            identity: "web-0".into(),
+            rotation: Duration::from_secs(6 * 3600),
+        }
+    );
+}

@@ -13,7 +13,7 @@ use imp::rand::{SecureRandom as _, SystemRandom};
 
 /// A key id: the first bytes of every ticket, so the key that opens it is found without trying
 /// each.
-pub(crate) const ID_LEN: usize = 8;
+pub(crate) const ID_LEN: usize = super::ID_LEN;
 /// AES-256-GCM's tag.
 const TAG_LEN: usize = 16;
 
@@ -87,13 +87,6 @@ pub(crate) fn random_secret() -> Option<[u8; 32]> {
     let mut secret = [0u8; 32];
     SystemRandom::new().fill(&mut secret).ok()?;
     Some(secret)
-}
-
-/// `ID_LEN` random bytes.
-pub(crate) fn random_id() -> Option<[u8; ID_LEN]> {
-    let mut id = [0u8; ID_LEN];
-    SystemRandom::new().fill(&mut id).ok()?;
-    Some(id)
 }
 
 /// HKDF-SHA256 of `secret` (salted with this crate's label), expanded with `info`: 32 bytes.

@@ -29,7 +29,9 @@
 //!
 //! [`lifetime`]: rustls::server::ProducesTickets::lifetime
 
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 mod crypto;
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 mod ticketer;
 
 use std::fmt;
@@ -37,9 +39,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
+use rustls::crypto::SecureRandom;
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 use tls_source::clock::{Clock, SystemClock};
 
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 pub(crate) use ticketer::Ticketer;
+
+/// The length of a key id.
+const ID_LEN: usize = 8;
 
 /// How long each key is the current one by default: 6 hours (a ticket then lives at most 12).
 pub const DEFAULT_ROTATION: Duration = Duration::from_secs(6 * 3600);
@@ -48,7 +56,7 @@ pub const DEFAULT_ROTATION: Duration = Duration::from_secs(6 * 3600);
 /// the current one, and its secret. `Debug` shows the id and the time, never the secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TicketKey {
-    id: [u8; crypto::ID_LEN],
+    id: [u8; ID_LEN],
     from: u64,
     secret: [u8; 32],
 }
@@ -63,15 +71,19 @@ impl TicketKey {
         }
     }
 
-    /// A new random key, current from `from`.
+    /// A new key from `random` (a crypto provider's `secure_random`), current from `from`.
     ///
     /// # Errors
-    /// The system's random source failed.
-    pub fn generate(from: SystemTime) -> Result<Self, TicketsError> {
+    /// The random source failed.
+    pub fn generate(from: SystemTime, random: &dyn SecureRandom) -> Result<Self, TicketsError> {
+        let mut id = [0u8; ID_LEN];
+        let mut secret = [0u8; 32];
+        random.fill(&mut id).map_err(|_| TicketsError::Random)?;
+        random.fill(&mut secret).map_err(|_| TicketsError::Random)?;
         Ok(Self {
-            id: crypto::random_id().ok_or(TicketsError::Random)?,
+            id,
             from: unix(from),
-            secret: crypto::random_secret().ok_or(TicketsError::Random)?,
+            secret,
         })
     }
 
@@ -144,7 +156,8 @@ impl fmt::Debug for SharedTicketKeys {
 }
 
 /// What a fleet's writer publishes next, from the `keys` published and `now`, with keys
-/// current for `rotation` each; `None` when nothing is due. Keys that open nothing any more
+/// current for `rotation` each (new ones from `random`, a crypto provider's
+/// `secure_random`); `None` when nothing is due. Keys that open nothing any more
 /// (current more than two periods ago) are left out; a current key is made when there is none;
 /// and while no key is the next one, one is made to become current when the last one's period
 /// ends (a period from now if that has passed), so it is published a period before any replica
@@ -156,6 +169,7 @@ pub fn next_schedule(
     keys: &[TicketKey],
     now: SystemTime,
     rotation: Duration,
+    random: &dyn SecureRandom,
 ) -> Result<Option<Vec<TicketKey>>, TicketsError> {
     let (now, period) = (unix(now), period_secs(rotation));
     let mut kept: Vec<TicketKey> = keys
@@ -166,7 +180,7 @@ pub fn next_schedule(
     kept.sort_by_key(|k| k.from);
     let mut changed = kept.len() != keys.len();
     if !kept.iter().any(|k| k.from <= now) {
-        kept.insert(0, TicketKey::generate(at(now))?);
+        kept.insert(0, TicketKey::generate(at(now), random)?);
         changed = true;
     }
     let last = kept.last().map_or(now, |k| k.from);
@@ -175,7 +189,7 @@ pub fn next_schedule(
             from if from > now => from,
             _ => now.saturating_add(period),
         };
-        kept.push(TicketKey::generate(at(from))?);
+        kept.push(TicketKey::generate(at(from), random)?);
         changed = true;
     }
     Ok(changed.then_some(kept))
@@ -207,6 +221,7 @@ pub fn next_due(keys: &[TicketKey], rotation: Duration) -> Option<SystemTime> {
 /// let reloader = Reloader::builder().session_tickets(tickets);
 /// # let _ = (reloader, source); Ok(()) }
 /// ```
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 #[derive(Clone)]
 pub struct SessionTickets {
     pub(crate) source: Source,
@@ -214,6 +229,7 @@ pub struct SessionTickets {
     pub(crate) clock: Arc<dyn Clock>,
 }
 
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 #[derive(Clone)]
 pub(crate) enum Source {
     /// Each period's key derived from this secret; `local`: a random one of this process.
@@ -225,6 +241,7 @@ pub(crate) enum Source {
     },
 }
 
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 impl SessionTickets {
     /// Keys derived from `secret` (at least 32 bytes; HKDF-SHA256 over each period's number):
     /// every process given the same secret, and the same [`rotation`](Self::rotation), seals
@@ -291,6 +308,7 @@ impl SessionTickets {
     }
 }
 
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
 impl fmt::Debug for SessionTickets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let source = match &self.source {
@@ -357,5 +375,5 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "aws-lc-rs", feature = "ring")))]
 mod tests;

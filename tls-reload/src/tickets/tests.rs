@@ -4,6 +4,10 @@ use rustls::server::ProducesTickets as _;
 
 use super::*;
 
+fn random() -> &'static dyn SecureRandom {
+    crate::testing::provider().secure_random
+}
+
 /// A clock the test sets.
 #[derive(Debug)]
 struct At(Mutex<SystemTime>);
@@ -122,25 +126,27 @@ fn the_next_key_opens_a_period_ahead_so_a_replica_whose_clock_is_ahead_is_unders
 #[test]
 fn a_fleets_schedule_is_published_a_period_ahead_and_pruned_after_two() {
     let period = Duration::from_secs(HOUR);
-    let first = next_schedule(&[], at(10 * HOUR), period).unwrap().unwrap();
+    let first = next_schedule(&[], at(10 * HOUR), period, random())
+        .unwrap()
+        .unwrap();
     assert_eq!(
         first.iter().map(TicketKey::from).collect::<Vec<_>>(),
         [at(10 * HOUR), at(11 * HOUR)],
         "a current key and the next"
     );
     assert_eq!(
-        next_schedule(&first, at(10 * HOUR + 5), period).unwrap(),
+        next_schedule(&first, at(10 * HOUR + 5), period, random()).unwrap(),
         None
     );
     assert_eq!(next_due(&first, period), Some(at(11 * HOUR)));
-    let second = next_schedule(&first, at(11 * HOUR), period)
+    let second = next_schedule(&first, at(11 * HOUR), period, random())
         .unwrap()
         .unwrap();
     assert_eq!(
         second.iter().map(TicketKey::from).collect::<Vec<_>>(),
         [at(10 * HOUR), at(11 * HOUR), at(12 * HOUR)]
     );
-    let third = next_schedule(&second, at(12 * HOUR), period)
+    let third = next_schedule(&second, at(12 * HOUR), period, random())
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -149,7 +155,7 @@ fn a_fleets_schedule_is_published_a_period_ahead_and_pruned_after_two() {
         "the first opens nothing any more"
     );
     // A writer away for a day: a current key now, and the next a period on.
-    let late = next_schedule(&third, at(40 * HOUR), period)
+    let late = next_schedule(&third, at(40 * HOUR), period, random())
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -175,7 +181,7 @@ fn replicas_on_a_fleets_keys_share_tickets_and_use_their_own_until_the_keys_are_
     assert_eq!(two.decrypt(&own), None, "each its own keys");
     assert_eq!(one.decrypt(&own).as_deref(), Some(TLS13));
 
-    let schedule = next_schedule(&[], at(10 * HOUR), Duration::from_secs(HOUR))
+    let schedule = next_schedule(&[], at(10 * HOUR), Duration::from_secs(HOUR), random())
         .unwrap()
         .unwrap();
     keys.publish(schedule.clone());
