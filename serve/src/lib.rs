@@ -21,6 +21,7 @@
 //!        [--acme-eab-kid ID --acme-eab-key B64URL]
 //!        [--acme-weekly-limit N]
 //!        [--acme-profile NAME | --acme-profile-required NAME]]
+//!       [--session-tickets fleet|FILE|off [--ticket-rotation DURATION]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -83,6 +84,17 @@
 //!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
 //!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
 //!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
+//! - `--session-tickets` issues TLS 1.3 session tickets a returning client resumes with on any
+//!   replica (off by default: each process its own session cache). `fleet` (with
+//!   `--k8s-shared NAMESPACE/NAME`): the Lease holder writes the keys into the Secret
+//!   `NAME-tickets` with fenced writes, sealed with `--seal-key`, and every replica reads them;
+//!   a replica that cannot read them uses keys of its own (resumption then works only on it)
+//!   and says so. `FILE`: keys derived from the 32 or more random bytes (base64) in `FILE`, so
+//!   processes given the same file share tickets with no store, and whoever reads the file
+//!   opens every period's tickets. Each key is current for `--ticket-rotation` (default 6 h); a
+//!   ticket lives at most twice that. TLS 1.2 gets none; 0-RTT stays off. The status JSON
+//!   gains `session_tickets`: `{"source": "fleet"|"secret"|"local", "key_id": …,
+//!   "key_age_seconds": …, "rotation_seconds": …, "note": …}` (never a key).
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
 //!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`

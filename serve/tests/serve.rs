@@ -1262,6 +1262,160 @@ async fn session_tickets_of_a_fleet_resume_a_client_on_every_replica() {
     }
 }
 
+/// One TLS 1.3 connection with `config` (any certificate accepted) making one request: how its
+/// handshake went. The response is read whole, so the tickets the server sends are kept.
+async fn tickets_get(
+    addr: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+) -> rustls::HandshakeKind {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::clone(config))
+        .connect(name, tcp)
+        .await
+        .expect("the handshake succeeds");
+    let kind = tls.get_ref().1.handshake_kind().unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    assert!(response.starts_with(b"HTTP/1.1 200"), "served");
+    kind
+}
+
+/// `--session-tickets fleet --ticket-rotation 3s`: once the keys have rotated two periods past
+/// the one that sealed a client's ticket, that client makes a full handshake (and succeeds),
+/// on every replica alike; then resumes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_tickets_of_a_fleet_stop_resuming_two_periods_after_their_key() {
+    let api = tls_test::KubeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for id in ["web-0", "web-1"] {
+        let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
+        let args = [
+            "--k8s-shared",
+            "default/web-tls",
+            "--identity",
+            id,
+            "--session-tickets",
+            "fleet",
+            "--ticket-rotation",
+            "3s",
+        ];
+        replicas.push(start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await);
+    }
+    let key_id = |s: &serde_json::Value| s["session_tickets"]["key_id"].clone();
+    for serve in &replicas {
+        serve
+            .wait_status("the fleet's keys", |s| {
+                s["session_tickets"]["source"] == "fleet"
+            })
+            .await;
+    }
+    // A client's ticket, sealed by the key current before and after its connection.
+    let (config, sealed_by) = loop {
+        let config = Arc::new(tls_test::client_config());
+        let before = key_id(&replicas[0].status().await);
+        assert_eq!(
+            tickets_get(replicas[0].addr, &config).await,
+            rustls::HandshakeKind::Full
+        );
+        if key_id(&replicas[0].status().await) == before {
+            break (config, before);
+        }
+    };
+    // Two keys on, the one that sealed it opens nothing any more.
+    let mut seen = vec![sealed_by];
+    while seen.len() < 3 {
+        let now = replicas[1]
+            .wait_status("the next key", |s| !seen.contains(&key_id(s)))
+            .await;
+        seen.push(key_id(&now));
+    }
+    assert_eq!(
+        tickets_get(replicas[1].addr, &config).await,
+        rustls::HandshakeKind::Full,
+        "a ticket two periods old is a full handshake, not a failure"
+    );
+    assert_eq!(
+        tickets_get(replicas[0].addr, &config).await,
+        rustls::HandshakeKind::Resumed,
+        "and the new ticket resumes on the other replica"
+    );
+    for serve in replicas {
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
+}
+
+/// `--session-tickets FILE`: two processes given the same file share tickets with no store;
+/// one given another file does not, and its handshake is a full one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_tickets_from_a_file_are_shared_by_the_processes_given_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| {
+        let path = dir.path().join(name);
+        assert!(
+            std::process::Command::new("openssl")
+                .args(["rand", "-out"])
+                .arg(&path)
+                .args(["-base64", "32"])
+                .status()
+                .expect("openssl")
+                .success()
+        );
+        path
+    };
+    let (same, other) = (file("tickets"), file("other"));
+    let ca = TestCa::new("serve tickets");
+    let cert = ca.leaf(&["localhost"]);
+    let kube = KubeDir::new(dir.path().join("tls")).unwrap();
+    write(&kube, &cert);
+    let start_with = |tickets: PathBuf| {
+        let cert_dir = kube.path().to_str().unwrap().to_owned();
+        async move {
+            start(&[
+                "--cert-dir",
+                &cert_dir,
+                "--session-tickets",
+                tickets.to_str().unwrap(),
+            ])
+            .await
+        }
+    };
+    let (one, two, three) = (
+        start_with(same.clone()).await,
+        start_with(same).await,
+        start_with(other).await,
+    );
+    let status = one.status().await;
+    assert_eq!(status["session_tickets"]["source"], "secret", "{status}");
+    assert_eq!(
+        status["session_tickets"]["key_id"],
+        two.status().await["session_tickets"]["key_id"]
+    );
+    let config = Arc::new(tls_test::client_config());
+    assert_eq!(
+        tickets_get(one.addr, &config).await,
+        rustls::HandshakeKind::Full
+    );
+    assert_eq!(
+        tickets_get(two.addr, &config).await,
+        rustls::HandshakeKind::Resumed
+    );
+    assert_eq!(
+        tickets_get(three.addr, &config).await,
+        rustls::HandshakeKind::Full
+    );
+    for serve in [one, two, three] {
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
+}
+
 /// A plain-HTTP GET of `path` from `addr`: the body.
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     let response = tls_test::plain_get(addr, path).await.expect("a response");
