@@ -242,7 +242,7 @@ pub use shared::{
     WriterStats,
 };
 #[cfg(feature = "tickets")]
-pub use tickets::{FleetTickets, TICKETS_KEY};
+pub use tickets::{FleetTickets, TICKETS_KEY, TicketWrites};
 /// Sealed at rest (the `tls-seal` crate): the seal the shared store and [`SecretSource`] use.
 pub use tls_seal as seal;
 

@@ -19,6 +19,13 @@ use tokio_util::sync::CancellationToken;
 use crate::Leadership;
 use crate::fenced::{Fence, FencedSecret, Written};
 
+/// Why the keys were not read: the API failed (`api`), or what is stored is not keys this
+/// replica can read.
+struct Unread {
+    api: bool,
+    reason: String,
+}
+
 /// How soon a replica without keys reads again.
 const UNTIL_READ: Duration = Duration::from_secs(2);
 
@@ -45,6 +52,17 @@ pub struct FleetTickets {
     rotation: Duration,
     random: &'static dyn SecureRandom,
     keys: SharedTicketKeys,
+    writes: watch::Sender<TicketWrites>,
+}
+
+/// This replica's writes of the keys so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TicketWrites {
+    /// Accepted.
+    pub accepted: u64,
+    /// Refused by the fence: a later writer exists.
+    pub refused: u64,
 }
 
 impl std::fmt::Debug for FleetTickets {
@@ -75,6 +93,7 @@ impl FleetTickets {
             rotation: tls_reload::DEFAULT_TICKET_ROTATION,
             random,
             keys: SharedTicketKeys::new(),
+            writes: watch::channel(TicketWrites::default()).0,
         }
     }
 
@@ -94,6 +113,11 @@ impl FleetTickets {
     /// The keys read, for `tls_reload::SessionTickets::shared`.
     pub fn keys(&self) -> SharedTicketKeys {
         self.keys.clone()
+    }
+
+    /// This replica's writes of the keys, counted.
+    pub fn writes(&self) -> watch::Receiver<TicketWrites> {
+        self.writes.subscribe()
     }
 
     /// Runs: reads the keys on every replica; writes them while `leadership` says this replica
@@ -117,9 +141,11 @@ impl FleetTickets {
         // The round whose write was refused: a later one exists, so this replica does not lead.
         let mut refused = None;
         let mut said: Option<String> = None;
+        let mut lease_open = true;
         loop {
-            let read = self.read().await;
-            let keys = match read {
+            // What the writer starts from: the keys read; none when what is stored is not
+            // keys this replica can read (it writes new ones); nothing when the API failed.
+            let start = match self.read().await {
                 Ok(keys) => {
                     if said.take().is_some() {
                         tracing::info!(secret = %self.secret.id(), "the fleet's session-ticket keys are readable again");
@@ -127,40 +153,40 @@ impl FleetTickets {
                     if !keys.is_empty() {
                         self.keys.publish(keys.clone());
                     }
-                    keys
+                    Some(keys)
                 }
-                Err(why) => {
-                    if said.as_deref() != Some(why.as_str()) {
-                        tracing::warn!(secret = %self.secret.id(), reason = %why, "cannot read the fleet's session-ticket keys; this replica uses its own");
-                        said = Some(why);
+                Err(Unread { api, reason }) => {
+                    if said.as_deref() != Some(reason.as_str()) {
+                        tracing::warn!(secret = %self.secret.id(), %reason, "cannot read the fleet's session-ticket keys; this replica uses its own");
+                        said = Some(reason);
                     }
                     self.keys.withdraw();
-                    Vec::new()
+                    (!api).then(Vec::new)
                 }
             };
             let now = SystemTime::now();
             // Without keys yet (a replica that started before the writer wrote): soon again.
             let mut wake = now
-                + if keys.is_empty() {
-                    poll.min(UNTIL_READ)
-                } else {
-                    poll
+                + match &start {
+                    Some(keys) if !keys.is_empty() => poll,
+                    _ => poll.min(UNTIL_READ),
                 };
             let lead = leadership.borrow_and_update().clone();
-            if lead.leading && refused != Some(lead.round) {
+            if let Some(keys) = start.filter(|_| lead.leading && refused != Some(lead.round)) {
                 let fence = Fence {
                     round: lead.round,
                     holder: identity.clone(),
                 };
-                let written = self.keep(&keys, now, &fence).await;
-                match written {
+                match self.keep(&keys, now, &fence).await {
                     Ok(Some(Written::Refused { stored })) => {
                         tracing::warn!(secret = %self.secret.id(), round = fence.round, stored = stored.round, "a write of the session-ticket keys was refused: a later writer exists");
                         crate::metrics::fenced_write(&self.name, false);
+                        self.writes.send_modify(|w| w.refused += 1);
                         refused = Some(lead.round);
                     }
                     Ok(Some(Written::Accepted { .. })) => {
                         crate::metrics::fenced_write(&self.name, true);
+                        self.writes.send_modify(|w| w.accepted += 1);
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -171,17 +197,16 @@ impl FleetTickets {
                     &self.keys.keys().unwrap_or_default(),
                     self.rotation,
                 ) {
-                    wake = wake.min(due.max(now));
+                    // Not sooner than a second: a write that failed is not retried in a loop.
+                    wake = wake.min(due.max(now + Duration::from_secs(1)));
                 }
             }
             let sleep = wake.duration_since(now).unwrap_or_default();
             tokio::select! {
                 () = token.cancelled() => return,
-                changed = leadership.changed() => {
-                    if changed.is_err() {
-                        // The Lease is gone: read on, write no more.
-                        leadership = watch::channel(Leadership::default()).1;
-                    }
+                changed = leadership.changed(), if lease_open => {
+                    // The Lease gone: read on, write no more.
+                    lease_open = changed.is_ok();
                 }
                 () = tokio::time::sleep(sleep) => {}
             }
@@ -216,21 +241,27 @@ impl FleetTickets {
     }
 
     /// The keys stored (none: no Secret, or none written yet).
-    async fn read(&self) -> Result<Vec<TicketKey>, String> {
-        let Some(stored) = self.secret.read().await.map_err(|e| e.to_string())? else {
+    async fn read(&self) -> Result<Vec<TicketKey>, Unread> {
+        let stored = self.secret.read().await.map_err(|e| Unread {
+            api: true,
+            reason: e.to_string(),
+        })?;
+        let Some(value) = stored
+            .as_ref()
+            .and_then(|s| s.data.get(TICKETS_KEY))
+            .filter(|v| !v.is_empty())
+        else {
             return Ok(Vec::new());
         };
-        let Some(value) = stored.data.get(TICKETS_KEY).filter(|v| !v.is_empty()) else {
-            return Ok(Vec::new());
-        };
+        let unread = |reason: String| Unread { api: false, reason };
         let plain = match &self.seal {
             Some(seal) => seal
                 .open(self.location(), value)
-                .map_err(|e| e.to_string())?
+                .map_err(|e| unread(e.to_string()))?
                 .into_plaintext(),
             None => value.clone(),
         };
-        decode(&plain).ok_or_else(|| format!("{TICKETS_KEY} is not a list of ticket keys"))
+        decode(&plain).ok_or_else(|| unread(format!("{TICKETS_KEY} is not a list of ticket keys")))
     }
 
     fn encode(&self, keys: &[TicketKey]) -> Result<Vec<u8>, String> {
