@@ -44,6 +44,29 @@ pub const TICKETS_KEY: &str = "tickets.json";
 /// its keys withdrawn: its `SessionTickets` uses keys of its own and says so.
 ///
 /// Needs `get`, `create` and `update` on the Secret.
+///
+/// On the Lease of a shared self-signed fleet (feature `self-signed`; any fleet's
+/// `Leadership` does):
+///
+/// ```no_run
+/// # #[cfg(feature = "self-signed")]
+/// # async fn run(
+/// #     client: kube::Client,
+/// #     shared: tls_k8s::SharedSource,
+/// #     token: tokio_util::sync::CancellationToken,
+/// # ) -> Result<(), Box<dyn std::error::Error>> {
+/// use tls_k8s::FleetTickets;
+/// use tls_reload::{Reloader, SessionTickets};
+///
+/// let random = rustls::crypto::aws_lc_rs::default_provider().secure_random;
+/// let tickets = FleetTickets::new(client, "default", "web", random);
+/// let keys = tickets.keys();
+/// tickets.start(shared.leadership(), "web-0".into(), token);
+/// let reloader = Reloader::builder()
+///     .session_tickets(SessionTickets::shared(keys)?)
+///     .spawn(shared)?;
+/// # let _ = reloader; Ok(()) }
+/// ```
 pub struct FleetTickets {
     secret: FencedSecret,
     namespace: String,
