@@ -225,6 +225,8 @@ impl TrustConfig {
         config.session_storage = Arc::clone(&self.sessions);
         if let Some(ticketer) = &self.ticketer {
             config.ticketer = Arc::clone(ticketer);
+            // Shared keys would let early data be replayed on another replica.
+            config.max_early_data_size = 0;
         } else if config.ticketer.enabled() && !self.warned_ticketer {
             self.warned_ticketer = true;
             tracing::warn!(

@@ -491,6 +491,8 @@ impl Reloader {
                 let mut config = tls::server_config(Arc::clone(&self.provider), self.resolver())?;
                 if let Some(ticketer) = &self.ticketer {
                     config.ticketer = Arc::clone(ticketer);
+                    // Shared keys would let early data be replayed on another replica.
+                    config.max_early_data_size = 0;
                 }
                 Ok(config)
             }
