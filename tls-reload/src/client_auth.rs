@@ -40,7 +40,7 @@ type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 ///   the configs it builds (resumption keeps working through ordinary rotations) and replaces
 ///   it when a CA leaves the trusted set: every session from before must then do a full
 ///   handshake. Stateless tickets cannot be revoked so: they are issued only with
-///   [`Builder::session_tickets`](crate::Builder::session_tickets), and the accept stream then
+///   `Builder::session_tickets` (features `aws-lc-rs` or `ring`), and the accept stream then
 ///   checks every resumed client against the trust in force, closing it before a byte is served
 ///   when it fails ([`Reloader::verify_resumed`](crate::Reloader::verify_resumed), yours to call
 ///   with an acceptor of your own). A ticketer set by [`configure`](Self::configure) is kept,

@@ -28,6 +28,10 @@
 //!   from a listener, hardened (handshake time-out, a cap on handshakes in progress, accept
 //!   errors survived, nothing accepted before the first certificate), an `axum::serve::Listener`
 //!   with feature `axum`, and a stream for tonic's `serve_with_incoming` with feature `tonic`.
+//! - Session tickets a fleet shares (`Builder::session_tickets`, features `aws-lc-rs` or
+//!   `ring`): a returning TLS 1.3 client resumes on any replica, on keys derived from a shared
+//!   secret or published by a fleet's writer, rotated, TLS 1.3 only; with client
+//!   authentication every resumed client is checked against the trust in force.
 //! - Never installs a crypto provider (see below).
 //!
 //! # Example: axum on rotating files

@@ -118,7 +118,7 @@ impl fmt::Debug for TicketKey {
 }
 
 /// The keys a fleet's writer publishes and every replica reads (each replica's
-/// [`SessionTickets::shared`] follows it). Cheap to clone: clones share the keys.
+/// `SessionTickets::shared` follows it). Cheap to clone: clones share the keys.
 #[derive(Clone, Default)]
 pub struct SharedTicketKeys {
     keys: Arc<ArcSwapOption<Vec<TicketKey>>>,
@@ -323,8 +323,8 @@ impl fmt::Debug for SessionTickets {
     }
 }
 
-/// What [`Reloader::session_tickets`](crate::Reloader::session_tickets) says of the keys
-/// in use now: never a key.
+/// What `Reloader::session_tickets` says of the keys in use now (features `aws-lc-rs` or
+/// `ring`): never a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TicketsStatus {
