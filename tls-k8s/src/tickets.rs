@@ -34,7 +34,8 @@ pub const TICKETS_KEY: &str = "tickets.json";
 
 /// The session-ticket keys of a fleet. The holder of the fleet's Lease (the replica that writes
 /// its certificates) publishes a new key a period before it becomes current, and drops keys
-/// two periods after they stopped being current, into the Secret `NAME-tickets` (`Opaque`),
+/// two periods after they became current (they open nothing then), into the Secret
+/// `NAME-tickets` (`Opaque`),
 /// every write fenced by its round (a deposed writer's is refused, logged and not tried again
 /// in that round); every replica reads it (at once, every two seconds while it has no keys,
 /// then every eighth of the rotation, between a second and five minutes) into
