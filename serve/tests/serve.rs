@@ -1095,6 +1095,19 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
     }
 }
 
+/// A key file made as the docs say (`openssl rand -base64 32`) at `path`: a seal key or a
+/// session-ticket secret.
+fn key_file(path: &std::path::Path) -> PathBuf {
+    let made = std::process::Command::new("openssl")
+        .args(["rand", "-out"])
+        .arg(path)
+        .args(["-base64", "32"])
+        .status()
+        .expect("openssl");
+    assert!(made.success());
+    path.to_owned()
+}
+
 /// `serve --k8s-shared --seal-key`: the replica with the key leads and seals the CA Secret; one
 /// with another key and one with none serve the same certificate, refuse the state, say why
 /// in the status, and never lead. The key files are made as the docs say, with openssl.
@@ -1102,17 +1115,7 @@ async fn k8s_shared_replicas_serve_one_self_signed_certificate_and_say_who_leads
 async fn k8s_shared_with_a_seal_key_seals_the_ca_and_a_replica_without_the_key_says_why() {
     let api = tls_test::KubeApi::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let key_file = |name: &str| {
-        let path = dir.path().join(name);
-        let out = std::process::Command::new("openssl")
-            .args(["rand", "-out"])
-            .arg(&path)
-            .args(["-base64", "32"])
-            .status()
-            .expect("openssl");
-        assert!(out.success());
-        path
-    };
+    let key_file = |name: &str| key_file(&dir.path().join(name));
     let (right, wrong) = (key_file("right.key"), key_file("wrong.key"));
     let start = |id: &'static str, seal: Vec<std::ffi::OsString>| {
         let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
@@ -1179,19 +1182,9 @@ async fn k8s_shared_with_a_seal_key_seals_the_ca_and_a_replica_without_the_key_s
 /// with one session cache going round-robin resumes on every connection after its first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_tickets_of_a_fleet_resume_a_client_on_every_replica() {
-    use tokio::io::AsyncReadExt as _;
     let api = tls_test::KubeApi::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("seal.key");
-    assert!(
-        std::process::Command::new("openssl")
-            .args(["rand", "-out"])
-            .arg(&key)
-            .args(["-base64", "32"])
-            .status()
-            .expect("openssl")
-            .success()
-    );
+    let key = key_file(&dir.path().join("seal.key"));
     let mut replicas = Vec::new();
     for id in ["web-0", "web-1", "web-2"] {
         let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
@@ -1234,25 +1227,8 @@ async fn session_tickets_of_a_fleet_resume_a_client_on_every_replica() {
     let mut resumed = 0;
     for _ in 0..3 {
         for serve in &replicas {
-            let tcp = tokio::net::TcpStream::connect(serve.addr).await.unwrap();
-            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-            let mut tls = tokio_rustls::TlsConnector::from(Arc::clone(&config))
-                .connect(name, tcp)
-                .await
-                .unwrap();
-            resumed += usize::from(
-                tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
-            );
-            // The request reads the tickets the server sends after the handshake.
-            tokio::io::AsyncWriteExt::write_all(
-                &mut tls,
-                b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-            )
-            .await
-            .unwrap();
-            let mut response = Vec::new();
-            let _ = tls.read_to_end(&mut response).await;
-            assert!(response.starts_with(b"HTTP/1.1 200"));
+            let kind = tickets_get(serve.addr, &config).await;
+            resumed += usize::from(kind == rustls::HandshakeKind::Resumed);
         }
     }
     assert_eq!(resumed, 8, "every connection after the first resumed");
@@ -1358,20 +1334,10 @@ async fn session_tickets_of_a_fleet_stop_resuming_two_periods_after_their_key() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_tickets_from_a_file_are_shared_by_the_processes_given_it() {
     let dir = tempfile::tempdir().unwrap();
-    let file = |name: &str| {
-        let path = dir.path().join(name);
-        assert!(
-            std::process::Command::new("openssl")
-                .args(["rand", "-out"])
-                .arg(&path)
-                .args(["-base64", "32"])
-                .status()
-                .expect("openssl")
-                .success()
-        );
-        path
-    };
-    let (same, other) = (file("tickets"), file("other"));
+    let (same, other) = (
+        key_file(&dir.path().join("tickets")),
+        key_file(&dir.path().join("other")),
+    );
     let ca = TestCa::new("serve tickets");
     let cert = ca.leaf(&["localhost"]);
     let kube = KubeDir::new(dir.path().join("tls")).unwrap();
