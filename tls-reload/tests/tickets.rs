@@ -91,22 +91,15 @@ fn client(ca: &TestCa, identity: Option<&TestCert>, tls12: bool) -> Arc<ClientCo
     .unwrap()
     .with_root_certificates(roots);
     Arc::new(match identity {
-        Some(cert) => {
-            use rustls::pki_types::pem::PemObject as _;
-            let chain = rustls_pemfile_chain(&cert.chain_pem);
-            let key =
-                rustls::pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
+        // The leaf alone: the server knows its CA.
+        Some(cert) => builder
+            .with_client_auth_cert(
+                vec![cert.cert_der.clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_der.clone().into()),
+            )
+            .unwrap(),
         None => builder.with_no_client_auth(),
     })
-}
-
-fn rustls_pemfile_chain(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject as _;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .unwrap()
 }
 
 /// One connection: how its handshake went, and what the server sent before closing (`None`:
