@@ -75,13 +75,10 @@ pub(crate) async fn status_json(
         .and_then(tls_rotation::Reloader::session_tickets)
     {
         // The current key's id and age, never a key.
-        let age = std::time::SystemTime::now()
-            .duration_since(tickets.since)
-            .unwrap_or_default();
         json["session_tickets"] = serde_json::json!({
             "source": tickets.source,
             "key_id": tickets.key_id,
-            "key_age_seconds": age.as_secs(),
+            "key_age_seconds": tickets.age.as_secs(),
             "rotation_seconds": tickets.rotation.as_secs(),
             "note": tickets.note,
         });

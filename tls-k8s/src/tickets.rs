@@ -12,6 +12,7 @@ use rustls::crypto::SecureRandom;
 use serde_json::{Value, json};
 use tls_reload::{SharedTicketKeys, TicketKey};
 use tls_seal::{Location, Seal};
+use tls_source::clock::{Clock, SystemClock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -77,6 +78,7 @@ pub struct FleetTickets {
     random: &'static dyn SecureRandom,
     keys: SharedTicketKeys,
     writes: watch::Sender<TicketWrites>,
+    clock: Arc<dyn Clock>,
 }
 
 /// This replica's writes of the keys so far.
@@ -118,6 +120,7 @@ impl FleetTickets {
             random,
             keys: SharedTicketKeys::new(),
             writes: watch::channel(TicketWrites::default()).0,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -131,6 +134,13 @@ impl FleetTickets {
     /// same). Default: `tls_reload::DEFAULT_TICKET_ROTATION`, 6 hours.
     pub fn rotation(mut self, rotation: Duration) -> Self {
         self.rotation = rotation.max(Duration::from_secs(1));
+        self
+    }
+
+    /// The clock the writer decides by (the replicas' `SessionTickets` read theirs; a test
+    /// steps both). Default: the system's. The waits are on tokio's time, at most the poll.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -188,13 +198,12 @@ impl FleetTickets {
                     (!api).then(Vec::new)
                 }
             };
-            let now = SystemTime::now();
+            let now = self.clock.now();
             // Without keys yet (a replica that started before the writer wrote): soon again.
-            let mut wake = now
-                + match &start {
-                    Some(keys) if !keys.is_empty() => poll,
-                    _ => poll.min(UNTIL_READ),
-                };
+            let mut sleep = match &start {
+                Some(keys) if !keys.is_empty() => poll,
+                _ => poll.min(UNTIL_READ),
+            };
             let lead = leadership.borrow_and_update().clone();
             if let Some(keys) = start.filter(|_| lead.leading && refused != Some(lead.round)) {
                 let fence = Fence {
@@ -222,10 +231,10 @@ impl FleetTickets {
                     self.rotation,
                 ) {
                     // Not sooner than a second: a write that failed is not retried in a loop.
-                    wake = wake.min(due.max(now + Duration::from_secs(1)));
+                    let until_due = due.duration_since(now).unwrap_or_default();
+                    sleep = sleep.min(until_due.max(Duration::from_secs(1)));
                 }
             }
-            let sleep = wake.duration_since(now).unwrap_or_default();
             tokio::select! {
                 () = token.cancelled() => return,
                 changed = leadership.changed(), if lease_open => {

@@ -119,3 +119,40 @@ async fn the_writer_seals_the_keys_every_replica_reads_them_and_a_deposed_writer
     assert_eq!(stored(&api), before, "the refused write changed nothing");
     token.cancel();
 }
+
+/// A clock that reads one time.
+#[derive(Debug)]
+struct Fixed(std::time::SystemTime);
+
+impl tls_source::clock::Clock for Fixed {
+    fn now(&self) -> std::time::SystemTime {
+        self.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_keeps_keys_on_a_clock_in_1950_or_at_the_end_of_9999() {
+    let api = KubeApi::start().await;
+    let token = CancellationToken::new();
+    let end = tls_source::clock::latest();
+    for (fleet, now) in [
+        ("old", tls_test::new_year(1950)),
+        ("late", end),
+        ("later", end + Duration::from_secs(86_400)),
+    ] {
+        let writer = FleetTickets::new(client(&api), "default", fleet, random())
+            .rotation(Duration::from_secs(1))
+            .clock(Arc::new(Fixed(now)));
+        let (keys, writes) = (writer.keys(), writer.writes());
+        let (_lead, leadership) = watch::channel(leading(1, "web-0"));
+        let task = writer.start(leadership, "web-0".into(), token.clone());
+        until("the keys written", writes, |w| w.accepted >= 1).await;
+        let written = keys.keys().expect("published");
+        assert!(
+            !written.is_empty() && written.iter().all(|k| k.from() <= end),
+            "{written:?}"
+        );
+        assert!(!task.is_finished(), "{fleet}: the writer goes on");
+    }
+    token.cancel();
+}

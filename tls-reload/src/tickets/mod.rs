@@ -99,7 +99,7 @@ impl TicketKey {
 
     /// When it becomes the current key.
     pub fn from(&self) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(self.from)
+        at(self.from)
     }
 
     /// Its secret: for the store that keeps it (seal it there), never for a log.
@@ -171,7 +171,9 @@ pub fn next_schedule(
     rotation: Duration,
     random: &dyn SecureRandom,
 ) -> Result<Option<Vec<TicketKey>>, TicketsError> {
-    let (now, period) = (unix(now), period_secs(rotation));
+    // Where no later key can be made.
+    let end = unix(tls_source::clock::latest());
+    let (now, period) = (clamped(now), period_secs(rotation));
     let mut kept: Vec<TicketKey> = keys
         .iter()
         .filter(|k| k.from.saturating_add(period.saturating_mul(2)) > now)
@@ -188,9 +190,12 @@ pub fn next_schedule(
         let from = match last.saturating_add(period) {
             from if from > now => from,
             _ => now.saturating_add(period),
-        };
-        kept.push(TicketKey::generate(at(from), random)?);
-        changed = true;
+        }
+        .min(end);
+        if from > now {
+            kept.push(TicketKey::generate(at(from), random)?);
+            changed = true;
+        }
     }
     Ok(changed.then_some(kept))
 }
@@ -335,6 +340,8 @@ pub struct TicketsStatus {
     pub key_id: String,
     /// Since when it is the current key.
     pub since: SystemTime,
+    /// How long it has been the current key, on the clock the keys are read by.
+    pub age: Duration,
     /// How long each key is current.
     pub rotation: Duration,
     /// Why the keys are not the configured ones (a fleet's not readable yet).
@@ -364,6 +371,12 @@ fn period_secs(rotation: Duration) -> u64 {
 fn unix(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// `t` in seconds since the epoch, between the epoch and the end of 9999
+/// (`tls_source::clock::latest`): a clock before or past those reads as them.
+fn clamped(t: SystemTime) -> u64 {
+    unix(t).min(unix(tls_source::clock::latest()))
 }
 
 /// The time `secs` after the epoch, at most the end of 9999.

@@ -94,8 +94,13 @@ fn a_ticket_opens_until_two_periods_after_its_key_became_current() {
     let issuer = ticketer(SessionTickets::from_secret(&[1; 32]).unwrap(), &clock);
     assert_eq!(issuer.lifetime(), 2 * 3600);
     let ticket = issuer.encrypt(TLS13).unwrap();
-    let since = issuer.status().since;
-    assert_eq!(since, at(100 * HOUR), "the period's start");
+    let status = issuer.status();
+    assert_eq!(status.since, at(100 * HOUR), "the period's start");
+    assert_eq!(
+        status.age,
+        Duration::from_secs(10),
+        "on the ticketer's clock"
+    );
     for (now, opens) in [
         (100 * HOUR + 10, true),
         (101 * HOUR, true),
@@ -198,4 +203,39 @@ fn replicas_on_a_fleets_keys_share_tickets_and_use_their_own_until_the_keys_are_
     keys.withdraw();
     assert_eq!(two.status().source, "local");
     assert!(two.encrypt(TLS13).is_some());
+}
+
+#[test]
+fn keys_work_from_1950_to_the_end_of_9999_and_the_schedule_settles_there() {
+    let period = Duration::from_secs(HOUR);
+    let end = tls_source::clock::latest();
+    let before_the_epoch = SystemTime::UNIX_EPOCH - Duration::from_secs(20 * 365 * 86_400);
+    for now in [
+        before_the_epoch,
+        end,
+        end + Duration::from_secs(10 * 365 * 86_400),
+    ] {
+        // A schedule made then is kept as it is at the next look: no key added per poll.
+        let keys = next_schedule(&[], now, period, random()).unwrap().unwrap();
+        assert_eq!(
+            next_schedule(&keys, now, period, random()).unwrap(),
+            None,
+            "{now:?}"
+        );
+        assert!(keys.iter().all(|k| k.from() <= end), "{keys:?}");
+        assert_eq!(next_due(&keys, period).map(|due| due <= end), Some(true));
+        // A ticket sealed then opens then, on derived keys and on the schedule's.
+        let clock = Arc::new(At(Mutex::new(now)));
+        let shared = SharedTicketKeys::new();
+        shared.publish(keys);
+        for tickets in [
+            SessionTickets::from_secret(&[1; 32]).unwrap(),
+            SessionTickets::shared(shared.clone()).unwrap(),
+        ] {
+            let ticketer = ticketer(tickets, &clock);
+            let ticket = ticketer.encrypt(TLS13).expect("sealed");
+            assert_eq!(ticketer.decrypt(&ticket).as_deref(), Some(TLS13), "{now:?}");
+            assert!(ticketer.status().since <= end);
+        }
+    }
 }

@@ -9,7 +9,7 @@ use rustls::server::ProducesTickets;
 use tls_source::clock::Clock;
 
 use super::crypto::{self, Sealer};
-use super::{SessionTickets, Source, TicketKey, TicketsStatus, at, unix};
+use super::{SessionTickets, Source, TicketKey, TicketsStatus, at, clamped};
 
 /// The ticketer a [`SessionTickets`] makes; one per reloader, in every config it builds.
 pub(crate) struct Ticketer {
@@ -53,12 +53,16 @@ impl Ticketer {
 
     /// What the status shows now.
     pub(crate) fn status(&self) -> TicketsStatus {
-        self.prepared().1.status.clone()
+        let (now, prepared) = self.prepared();
+        let mut status = prepared.status.clone();
+        // On this ticketer's clock, as the keys are.
+        status.age = at(now).duration_since(status.since).unwrap_or_default();
+        status
     }
 
     /// The keys in force now, and now (seconds since the epoch).
     fn prepared(&self) -> (u64, Arc<Prepared>) {
-        let now = unix(self.clock.now());
+        let now = clamped(self.clock.now());
         let schedule = match &self.source {
             Source::Shared { keys, .. } => keys.keys(),
             Source::Derived { .. } => None,
@@ -135,6 +139,7 @@ impl Ticketer {
             key_id: current.map(TicketKey::id_hex).unwrap_or_default(),
             since: at(current.map_or(now, |c| c.from)),
             rotation: std::time::Duration::from_secs(self.period),
+            age: std::time::Duration::ZERO,
             note,
         };
         Prepared {
