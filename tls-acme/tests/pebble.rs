@@ -210,9 +210,7 @@ async fn dns_01_issues_a_wildcard_through_the_solver() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_are_served() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     // The CA's validator is sent where nothing listens.
     pebble
         .add_a("broken.example.com", Ipv4Addr::new(127, 0, 0, 9))
@@ -279,13 +277,8 @@ async fn a_name_the_ca_cannot_validate_backs_off_with_its_reason_and_the_others_
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_certificates_are_renewed_before_they_expire_with_no_failed_handshake() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .validity(Duration::from_secs(12))
-        .start_required()
-        .await;
+    let (listener, pebble) =
+        pebble_at_listener(|pebble| pebble.validity(Duration::from_secs(12))).await;
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(
         client(&pebble, state.path()).name("short.example.com"),
@@ -391,9 +384,7 @@ async fn a_directory_that_is_not_acme_or_not_trusted_is_reported_and_nothing_is_
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let state = tempfile::tempdir().unwrap();
     let server = Server::start(
         client(&pebble, state.path()).name("d.example.com"),
@@ -429,9 +420,7 @@ async fn a_damaged_stored_certificate_is_reported_and_ordered_again() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let state = tempfile::tempdir().unwrap();
     let stored = ["a.example.com", "b.example.com"];
     let mut builder = client(&pebble, state.path());
@@ -471,9 +460,7 @@ async fn a_name_added_at_a_restart_is_ordered_at_once_not_behind_the_stored_ones
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_is_reordered() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let state = tempfile::tempdir().unwrap();
     let start = |listener| {
         Server::start(
@@ -527,9 +514,7 @@ async fn an_account_deleted_is_registered_again_the_status_says_so_and_nothing_i
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stagger_too_large_for_the_clock_waits_instead_of_stopping_the_driver() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let state = tempfile::tempdir().unwrap();
     // The second name's start is Duration::MAX away: saturated at the end of 9999.
     let builder = client(&pebble, state.path())
@@ -562,9 +547,7 @@ fn mode(path: &Path) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_on_already_replaced()
  {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let layer = pebble.layer().await;
     let now = SystemTime::now();
     let (start, end) = (now + Duration::from_secs(4), now + Duration::from_secs(6));
@@ -619,9 +602,7 @@ async fn ari_renews_inside_the_suggested_window_replacing_and_once_more_without_
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_go_on() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let layer = pebble.layer().await;
     layer.rate_limit_next_order(Duration::from_secs(7200));
     let state = tempfile::tempdir().unwrap();
@@ -674,9 +655,7 @@ async fn a_rate_limit_waits_for_its_retry_after_across_a_restart_and_the_others_
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_nothing_served() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let layer = pebble.layer().await;
     layer.damage_next_certificate();
     let state = tempfile::tempdir().unwrap();
@@ -720,9 +699,7 @@ async fn a_malformed_certificate_from_the_ca_is_refused_nothing_is_stored_and_no
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_orders_are_paced_by_a_weekly_budget_per_registered_domain_kept_across_restarts() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let state = tempfile::tempdir().unwrap();
     let names = [
         "a.example.co.uk",
@@ -921,13 +898,7 @@ fn clock_now(clock: &tls_source::clock::SteppedClock) -> SystemTime {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_nonces_cost_a_name_nothing() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .nonce_reject(20)
-        .start_required()
-        .await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble.nonce_reject(20)).await;
     let names: Vec<String> = (0..20).map(|i| format!("n{i}.example.com")).collect();
     let state = tempfile::tempdir().unwrap();
     let mut builder = client(&pebble, state.path());
@@ -971,14 +942,9 @@ async fn rejected_nonces_cost_a_name_nothing() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_is_asked_for_on_the_first_order_and_on_every_renewal() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
     // Short certificates, so that a renewal comes within the test.
-    let pebble = Pebble::builder()
-        .tls_port(port)
-        .validity(Duration::from_secs(12))
-        .start_required()
-        .await;
+    let (listener, pebble) =
+        pebble_at_listener(|pebble| pebble.validity(Duration::from_secs(12))).await;
     let layer = pebble.layer().await;
     layer.advertise_profiles(&["classic", "shortlived", "tlsserver"]);
     let state = tempfile::tempdir().unwrap();
@@ -1015,9 +981,7 @@ async fn a_profile_is_asked_for_on_the_first_order_and_on_every_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_the_ca_does_not_offer_is_the_cas_default_when_preferred_and_no_order_when_required()
  {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let pebble = Pebble::builder().tls_port(port).start_required().await;
+    let (listener, pebble) = pebble_at_listener(|pebble| pebble).await;
     let layer = pebble.layer().await;
     layer.advertise_profiles(&["classic", "shortlived"]);
     // Preferred: ordered with the CA's default, and the status says why.

@@ -56,6 +56,19 @@ impl Server {
     }
 }
 
+/// A listener on loopback for a server of ours, and Pebble as `configure` sets it up (validity,
+/// nonce rejection) validating TLS-ALPN-01 at the listener's port.
+pub async fn pebble_at_listener(
+    configure: impl FnOnce(tls_test::PebbleBuilder) -> tls_test::PebbleBuilder,
+) -> (TcpListener, tls_test::Pebble) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let pebble = configure(tls_test::Pebble::builder().tls_port(port))
+        .start_required()
+        .await;
+    (listener, pebble)
+}
+
 /// Waits (longer than [`PATIENCE`]: a CA validates and issues) until the status satisfies
 /// `pred`.
 pub async fn until(
