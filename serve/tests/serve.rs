@@ -1177,6 +1177,30 @@ async fn k8s_shared_with_a_seal_key_seals_the_ca_and_a_replica_without_the_key_s
     assert_eq!(sealing.exit_code().await, Some(0));
 }
 
+/// Three `serve --k8s-shared default/web-tls --session-tickets fleet` replicas on the emulator,
+/// each with `extra` flags and a kubeconfig of its own in `dir`.
+async fn ticket_fleet(
+    api: &tls_test::KubeApi,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Vec<Serve> {
+    let mut replicas = Vec::new();
+    for id in ["web-0", "web-1", "web-2"] {
+        let kubeconfig = kubeconfig_at(&api.url(), &dir.join(id));
+        let mut args = vec![
+            "--k8s-shared",
+            "default/web-tls",
+            "--identity",
+            id,
+            "--session-tickets",
+            "fleet",
+        ];
+        args.extend(extra);
+        replicas.push(start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await);
+    }
+    replicas
+}
+
 /// `--session-tickets fleet`: three `serve --k8s-shared --seal-key` replicas, the Lease holder
 /// writes the ticket keys sealed into `web-tls-tickets`, every replica reads them, and a client
 /// with one session cache going round-robin resumes on every connection after its first.
@@ -1185,21 +1209,7 @@ async fn session_tickets_of_a_fleet_resume_a_client_on_every_replica() {
     let api = tls_test::KubeApi::start().await;
     let dir = tempfile::tempdir().unwrap();
     let key = key_file(&dir.path().join("seal.key"));
-    let mut replicas = Vec::new();
-    for id in ["web-0", "web-1", "web-2"] {
-        let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
-        let args = [
-            "--k8s-shared",
-            "default/web-tls",
-            "--identity",
-            id,
-            "--seal-key",
-            key.to_str().unwrap(),
-            "--session-tickets",
-            "fleet",
-        ];
-        replicas.push(start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await);
-    }
+    let replicas = ticket_fleet(&api, dir.path(), &["--seal-key", key.to_str().unwrap()]).await;
     let mut key_ids = Vec::new();
     for serve in &replicas {
         let status = serve
@@ -1268,21 +1278,7 @@ async fn tickets_get(
 async fn session_tickets_of_a_fleet_stop_resuming_two_periods_after_their_key() {
     let api = tls_test::KubeApi::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas = Vec::new();
-    for id in ["web-0", "web-1", "web-2"] {
-        let kubeconfig = kubeconfig_at(&api.url(), &dir.path().join(id));
-        let args = [
-            "--k8s-shared",
-            "default/web-tls",
-            "--identity",
-            id,
-            "--session-tickets",
-            "fleet",
-            "--ticket-rotation",
-            "3s",
-        ];
-        replicas.push(start_with_env(&args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await);
-    }
+    let replicas = ticket_fleet(&api, dir.path(), &["--ticket-rotation", "3s"]).await;
     let key_id = |s: &serde_json::Value| s["session_tickets"]["key_id"].clone();
     for serve in &replicas {
         serve
