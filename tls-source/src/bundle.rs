@@ -67,6 +67,13 @@ pub enum Origin {
         /// The resourceVersion the data was read at.
         resource_version: Option<String>,
     },
+    /// A key in etcd.
+    Etcd {
+        /// The etcd key.
+        key: String,
+        /// The key's `mod_revision`: the revision the value was written at.
+        revision: i64,
+    },
     /// Generated in this process.
     SelfSigned,
     /// Anything else, described by the source.
@@ -76,7 +83,7 @@ pub enum Origin {
 impl Origin {
     /// A name for where bundles come from that stays the same across rotations (no
     /// resourceVersion): `files:PATH`, `secret:NAMESPACE/NAME`, `self-signed`, or the source's own
-    /// text. The `source` label of the reload core's metrics.
+    /// text (`etcd:KEY` for an etcd key). The `source` label of the reload core's metrics.
     ///
     /// ```
     /// use tls_source::Origin;
@@ -93,6 +100,7 @@ impl Origin {
             Self::Secret {
                 namespace, name, ..
             } => format!("secret:{namespace}/{name}"),
+            Self::Etcd { key, .. } => format!("etcd:{key}"),
             Self::SelfSigned => "self-signed".to_owned(),
             Self::Other(text) => text.clone(),
         }
@@ -111,6 +119,7 @@ impl fmt::Display for Origin {
             Self::Secret {
                 namespace, name, ..
             } => write!(f, "secret {namespace}/{name}"),
+            Self::Etcd { key, revision } => write!(f, "etcd {key} at revision {revision}"),
             Self::SelfSigned => f.write_str("self-signed"),
             Self::Other(what) => f.write_str(what),
         }

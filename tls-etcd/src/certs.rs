@@ -1,0 +1,171 @@
+//! [`EtcdCertsSource`]: every certificate under an etcd prefix, through one watch.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt as _};
+use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
+
+use crate::connect::Etcd;
+use crate::value;
+use crate::watch::{Event, Range, Watch};
+
+/// A [`KeyedCertSource`](tls_source::KeyedCertSource) of every certificate under an etcd
+/// prefix, through **one** watch, for SNI: give it to `tls_reload::Builder::routes` and each
+/// certificate is served for the DNS names (and IP addresses) it holds.
+///
+/// - The key of each update is the etcd key with the prefix removed (`web` for
+///   `/tls-rotation/certs/web` under `/tls-rotation/certs/`).
+/// - The prefix is listed at one revision, in pages (10,000 certificates are more than one gRPC
+///   message holds), announced by [`Listing`](KeyedUpdate::Listing) and
+///   [`Listed`](KeyedUpdate::Listed): the reload core is ready once the whole list is in.
+/// - A put whose bytes changed is a [`Put`](KeyedUpdate::Put) (or, for a bad value,
+///   [`Invalid`](KeyedUpdate::Invalid): the key's last good certificate keeps serving); a
+///   deleted key is a [`Remove`](KeyedUpdate::Remove): its routes go.
+/// - A broken watch resumes from the last revision seen, on the next endpoint; a revision
+///   compacted meanwhile means listing again, and keys that went away meanwhile are removed.
+///   Watch failures are `Err` items naming the prefix.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tls_etcd::{Etcd, EtcdCertsSource};
+/// use tls_reload::Reloader;
+///
+/// let etcd = Etcd::builder(["127.0.0.1:2379"]).build()?;
+/// let reloader = Reloader::builder()
+///     .routes(EtcdCertsSource::new(etcd, "/tls-rotation/certs/"))
+///     .spawn_routes()?;
+/// reloader.ready().await?; // the whole prefix listed
+/// # Ok(()) }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct EtcdCertsSource {
+    prefix: String,
+    inner: BoxStream<'static, Result<Keyed, tls_source::Error>>,
+}
+
+impl EtcdCertsSource {
+    /// Every certificate under `prefix` (e.g. `/tls-rotation/certs/`), with values up to 1 MiB.
+    pub fn new(etcd: Etcd, prefix: impl Into<String>) -> Self {
+        Self::with_decoder(etcd, prefix, Decoder::new())
+    }
+
+    /// [`new`](Self::new) with a decoder of the caller's (its size limit applies to each whole
+    /// value).
+    pub fn with_decoder(etcd: Etcd, prefix: impl Into<String>, decoder: Decoder) -> Self {
+        let prefix = prefix.into();
+        let mut state = State {
+            prefix: prefix.clone(),
+            decoder,
+            known: HashMap::new(),
+            listed: HashSet::new(),
+        };
+        let inner = Watch::new(etcd, Range::Prefix(prefix.clone()))
+            .into_stream()
+            .flat_map(move |event| futures::stream::iter(state.event(event)))
+            .boxed();
+        Self { prefix, inner }
+    }
+
+    /// The prefix watched.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+impl Stream for EtcdCertsSource {
+    type Item = Result<Keyed, tls_source::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl fmt::Debug for EtcdCertsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdCertsSource")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+type Item = Result<Keyed, tls_source::Error>;
+
+struct State {
+    prefix: String,
+    decoder: Decoder,
+    /// Every key passed on, with the digest of the value last passed on for it.
+    known: HashMap<String, Digest>,
+    /// The keys seen by the (re)list under way.
+    listed: HashSet<String>,
+}
+
+impl State {
+    fn event(&mut self, event: Event) -> Vec<Item> {
+        match event {
+            Event::Listing => {
+                self.listed.clear();
+                vec![Ok(Keyed::listing())]
+            }
+            Event::Put {
+                key,
+                value,
+                revision,
+            } => {
+                let Some(name) = self.name(&key) else {
+                    return Vec::new();
+                };
+                self.listed.insert(name.clone());
+                let (digest, read) = value::read(&key, &value, revision, &self.decoder);
+                if self.known.insert(name.clone(), digest) == Some(digest) {
+                    return Vec::new(); // the same bytes put again
+                }
+                let update = match read {
+                    Ok(bundle) => KeyedUpdate::Put(bundle),
+                    Err(err) => KeyedUpdate::Invalid(err),
+                };
+                vec![Ok(Keyed { key: name, update })]
+            }
+            Event::Delete { key } => self
+                .name(&key)
+                .and_then(|name| self.remove(name))
+                .into_iter()
+                .collect(),
+            Event::Listed => {
+                // Whatever the relist no longer holds was deleted while the watch was down.
+                let gone: Vec<String> = self
+                    .known
+                    .keys()
+                    .filter(|k| !self.listed.contains(*k))
+                    .cloned()
+                    .collect();
+                let mut items: Vec<Item> =
+                    gone.into_iter().filter_map(|k| self.remove(k)).collect();
+                items.push(Ok(Keyed::listed()));
+                items
+            }
+            Event::Failed(err) => vec![Err(tls_source::Error::source(
+                format!("etcd certificates under {}", self.prefix),
+                err,
+            ))],
+        }
+    }
+
+    /// The name of an etcd key under the prefix; `None` for the prefix itself.
+    fn name(&self, key: &str) -> Option<String> {
+        key.strip_prefix(&self.prefix)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+    }
+
+    fn remove(&mut self, name: String) -> Option<Item> {
+        self.known.remove(&name)?;
+        Some(Ok(Keyed {
+            key: name,
+            update: KeyedUpdate::Remove,
+        }))
+    }
+}

@@ -1,0 +1,201 @@
+//! The value of a certificate key: a JSON object shaped like a TLS Secret's data, with PEM text
+//! (not base64) in each field, so that chain and key always change together:
+//!
+//! ```json
+//! {"tls.crt": "-----BEGIN CERTIFICATE-----\n...", "tls.key": "-----BEGIN PRIVATE KEY-----\n...", "ca.crt": "..."}
+//! ```
+//!
+//! `ca.crt` is optional; other fields are ignored.
+
+use tls_source::{CertBundle, Decoder, Digest, Origin};
+
+use crate::Error;
+
+/// The field of the certificate chain (leaf first), as in a `kubernetes.io/tls` Secret.
+pub const TLS_CRT: &str = "tls.crt";
+/// The field of the private key.
+pub const TLS_KEY: &str = "tls.key";
+/// The field of the CA bundle (optional).
+pub const CA_CRT: &str = "ca.crt";
+
+/// What a value read gives: a digest of the raw bytes (to pass an unchanged value on once) and
+/// the bundle, or why there is none.
+pub(crate) type Read = (Digest, Result<CertBundle, tls_source::Error>);
+
+/// Reads the value of `key`, stored at `revision` (its `mod_revision`).
+pub(crate) fn read(key: &str, value: &[u8], revision: i64, decoder: &Decoder) -> Read {
+    let digest = Digest::of(value);
+    (digest, bundle(key, value, revision, decoder))
+}
+
+fn bundle(
+    key: &str,
+    value: &[u8],
+    revision: i64,
+    decoder: &Decoder,
+) -> Result<CertBundle, tls_source::Error> {
+    let origin = || format!("etcd {key}");
+    let bad = |reason: String| {
+        tls_source::Error::source(
+            origin(),
+            Error::BadValue {
+                key: key.to_owned(),
+                reason,
+            },
+        )
+    };
+    // The size first: the decoder's limit applies to the whole value (no JSON parse of a huge one).
+    decoder.check_size(&format!("etcd key {key}"), value.len() as u64)?;
+    // serde_json's message says where parsing stopped, never what it read.
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(value)
+        .map_err(|err| {
+            bad(format!(
+                "not a JSON object with \"{TLS_CRT}\" and \"{TLS_KEY}\" ({:?} error at line {}, column {})",
+                err.classify(),
+                err.line(),
+                err.column()
+            ))
+        })?;
+    let field = |name: &str| -> Result<Option<&str>, tls_source::Error> {
+        match object.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(text)) => Ok(Some(text)),
+            Some(_) => Err(bad(format!("\"{name}\" is not a string of PEM text"))),
+        }
+    };
+    let (cert, tls_key, ca) = (field(TLS_CRT)?, field(TLS_KEY)?, field(CA_CRT)?);
+    let missing: Vec<&str> = [(TLS_CRT, cert), (TLS_KEY, tls_key)]
+        .into_iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(name, _)| name)
+        .collect();
+    let (Some(cert), Some(tls_key)) = (cert, tls_key) else {
+        return Err(bad(format!("no {} field", missing.join(" or "))));
+    };
+    let input = |field: &str| format!("etcd key {key} field {field}");
+    decoder.bundle(
+        (&input(TLS_CRT), cert.as_bytes()),
+        (&input(TLS_KEY), tls_key.as_bytes()),
+        ca.map(|ca| (input(CA_CRT), ca.as_bytes()))
+            .as_ref()
+            .map(|(n, b)| (n.as_str(), *b)),
+        Origin::Etcd {
+            key: key.to_owned(),
+            revision,
+        },
+    )
+}
+
+/// The value for a certificate, chain and key (and optional CA bundle) as PEM text: what
+/// [`EtcdCertSource`](crate::EtcdCertSource) reads. For tools and tests that put certificates.
+///
+/// ```
+/// let value = tls_etcd::value("-----BEGIN CERTIFICATE-----\n", "-----BEGIN PRIVATE KEY-----\n", None);
+/// let json: serde_json::Value = serde_json::from_str(&value).unwrap();
+/// assert!(json["tls.crt"].as_str().unwrap().starts_with("-----BEGIN CERTIFICATE"));
+/// assert!(json.get("ca.crt").is_none());
+/// ```
+pub fn value(cert_pem: &str, key_pem: &str, ca_pem: Option<&str>) -> String {
+    let mut object = serde_json::Map::new();
+    object.insert(TLS_CRT.to_owned(), cert_pem.into());
+    object.insert(TLS_KEY.to_owned(), key_pem.into());
+    if let Some(ca) = ca_pem {
+        object.insert(CA_CRT.to_owned(), ca.into());
+    }
+    serde_json::Value::Object(object).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (String, String, tls_test::TestCert) {
+        let leaf = tls_test::TestCa::new("etcd value test").leaf(&["a.test"]);
+        (leaf.cert_pem.clone(), leaf.key_pem.clone(), leaf)
+    }
+
+    #[test]
+    fn a_value_with_chain_and_key_is_a_bundle_from_that_key_and_revision() {
+        let (cert, key, _) = pair();
+        let (_, read) = read(
+            "/p/certs/a",
+            value(&cert, &key, None).as_bytes(),
+            7,
+            &Decoder::new(),
+        );
+        let bundle = read.unwrap();
+        assert_eq!(bundle.chain().len(), 1);
+        assert_eq!(bundle.origin().to_string(), "etcd /p/certs/a at revision 7");
+        assert_eq!(bundle.origin().label(), "etcd:/p/certs/a");
+    }
+
+    #[test]
+    fn bad_values_are_reported_by_key_and_never_echo_the_value() {
+        let (cert, key, leaf) = pair();
+        let secret = key.lines().nth(1).unwrap().to_owned();
+        let cases: Vec<(String, &str)> = vec![
+            (format!("not json {secret}"), "not a JSON object"),
+            ("[1,2]".to_owned(), "not a JSON object"),
+            (format!(r#"{{"tls.key": {key:?}}}"#), "no tls.crt field"),
+            (format!(r#"{{"tls.crt": {cert:?}}}"#), "no tls.key field"),
+            ("{}".to_owned(), "no tls.crt or tls.key field"),
+            (
+                format!(r#"{{"tls.crt": 5, "tls.key": {key:?}}}"#),
+                "\"tls.crt\" is not a string",
+            ),
+            (
+                format!(r#"{{"tls.crt": {cert:?}, "tls.key": "garbage {secret}"}}"#),
+                "tls.key",
+            ),
+        ];
+        for (value, expected) in cases {
+            let (_, read) = read("/p/certs/a", value.as_bytes(), 1, &Decoder::new());
+            let message = format!("{:#}", anyhow_chain(&read.unwrap_err()));
+            assert!(message.contains("/p/certs/a"), "{message}");
+            assert!(message.contains(expected), "{expected:?} in {message}");
+            tls_test::assert_no_key_material(&message, &leaf);
+        }
+    }
+
+    #[test]
+    fn an_oversized_value_is_refused_before_it_is_parsed() {
+        let big = vec![b' '; 2 << 20];
+        let (_, read) = read("/p/certs/a", &big, 1, &Decoder::new());
+        assert!(
+            read.unwrap_err()
+                .to_string()
+                .contains("larger than the limit")
+        );
+    }
+
+    #[test]
+    fn the_digest_follows_the_bytes() {
+        let (cert, key, leaf) = pair();
+        let a = value(&cert, &key, None);
+        let b = value(&cert, &key, Some(&leaf.ca_pem));
+        let decoder = Decoder::new();
+        assert_eq!(
+            read("k", a.as_bytes(), 1, &decoder).0,
+            read("k", a.as_bytes(), 2, &decoder).0
+        );
+        assert_ne!(
+            read("k", a.as_bytes(), 1, &decoder).0,
+            read("k", b.as_bytes(), 1, &decoder).0
+        );
+        assert_eq!(
+            read("k", b.as_bytes(), 1, &decoder).1.unwrap().ca().len(),
+            1
+        );
+    }
+
+    fn anyhow_chain(err: &dyn std::error::Error) -> String {
+        let mut text = err.to_string();
+        let mut next = err.source();
+        while let Some(err) = next {
+            text.push_str(": ");
+            text.push_str(&err.to_string());
+            next = err.source();
+        }
+        text
+    }
+}
