@@ -10,8 +10,11 @@
 //!   preconditions) with fault injection, for `kube::Client` to talk to; an [`Endpoint`] per
 //!   client partitions or pauses one replica while the others carry on.
 //! - [`Pebble`]: Let's Encrypt's ACME test server and its DNS server, per test, on free ports.
+//! - [`EtcdCluster`]: a real etcd cluster of three members on loopback, shared by a test binary
+//!   or started by one test, whose members a test can kill and start again.
 
 mod certs;
+mod etcd;
 mod kube_api;
 mod kube_dir;
 mod logs;
@@ -24,6 +27,7 @@ pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
     fixture_pair, new_year,
 };
+pub use etcd::{EtcdCluster, EtcdClusterBuilder};
 pub use kube_api::{Endpoint, KubeApi, Link, kubeconfig};
 pub use kube_dir::{KubeDir, Staged, overwrite_in_place, replace_by_rename};
 pub use logs::Logs;

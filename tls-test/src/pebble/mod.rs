@@ -462,7 +462,7 @@ fn free_udp_and_tcp_port() -> SocketAddr {
 }
 
 /// The path of `program` on `PATH`.
-fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|path| path.is_file())
