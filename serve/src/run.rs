@@ -64,7 +64,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
     }
 
-    let (source, trigger, fleet) = source(&args).await?;
+    let (source, trigger, fleet) = source(&args, &shutdown).await?;
     let (leader, released, sealing) = match fleet {
         Some(f) => (Some(f.leader), Some(f.released), Some(f.seal)),
         None => (None, None, None),
@@ -87,6 +87,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .notify(args.notify)
             .build();
         builder = builder.route(name, files);
+    }
+    if let Some(prefix) = &args.sni.etcd_certs {
+        let etcd = etcd(&args, &shutdown).await?;
+        builder = builder.routes(tls_rotation::etcd::EtcdCertsSource::new(etcd, prefix));
     }
     if let Some((namespace, selector)) = &args.sni.secrets {
         let source = tls_rotation::k8s::SecretsSource::builder(kube_client().await?, namespace)
@@ -235,7 +239,7 @@ fn seal(args: &SealArgs) -> anyhow::Result<Option<Arc<dyn Seal>>> {
     Ok(Some(Arc::new(ring)))
 }
 
-async fn source(args: &Args) -> anyhow::Result<Chosen> {
+async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Chosen> {
     let files = |builder: tls_rotation::tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
@@ -298,7 +302,68 @@ async fn source(args: &Args) -> anyhow::Result<Chosen> {
             }
             Ok((source.build().boxed_source(), None, None))
         }
+        Certs::Etcd { key } => {
+            let source = tls_rotation::etcd::EtcdCertSource::new(etcd(args, shutdown).await?, key);
+            Ok((source.boxed_source(), None, None))
+        }
     }
+}
+
+/// How to reach etcd, from `--etcd` and its flags: a client certificate followed like
+/// `--cert`'s files (through `ClientTls`, so a renewed one is presented on the next connection),
+/// or only the CA, read once.
+async fn etcd(
+    args: &Args,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<tls_rotation::etcd::Etcd> {
+    let options = args.etcd.as_ref().context("--etcd")?;
+    let mut etcd = tls_rotation::etcd::Etcd::builder(&options.endpoints);
+    let provider = crate::cli::crypto_provider();
+    match (&options.ca, &options.client) {
+        (Some(ca), Some((cert, key))) => {
+            let files = FileSource::builder(cert, key)
+                .ca(ca)
+                .poll_interval(args.poll)
+                .notify(args.notify)
+                .build();
+            let client = tls_rotation::ClientTls::builder()
+                .crypto_provider(provider)
+                .cancellation_token(shutdown.clone())
+                .spawn(files)?;
+            client
+                .ready_timeout(args.ready_timeout)
+                .await
+                .with_context(|| {
+                    format!(
+                        "--etcd-client-cert {} / --etcd-client-key {}",
+                        cert.display(),
+                        key.display()
+                    )
+                })?;
+            etcd = etcd.tls(Arc::new(client.client_config()?));
+        }
+        (Some(ca), None) => {
+            let pem = std::fs::read(ca).with_context(|| format!("--etcd-ca {}", ca.display()))?;
+            let certs = tls_rotation::tls_source::Decoder::new()
+                .certificates(&format!("--etcd-ca {}", ca.display()), &pem)?;
+            let mut roots = tls_rotation::rustls::RootCertStore::empty();
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .with_context(|| format!("--etcd-ca {}", ca.display()))?;
+            }
+            let config = tls_rotation::rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            etcd = etcd.tls(Arc::new(config));
+        }
+        (None, _) => {}
+    }
+    if let Some((user, file)) = &options.user {
+        etcd = etcd.user_with_password_file(user, file);
+    }
+    Ok(etcd.build()?)
 }
 
 /// The session tickets of `--session-tickets`: from the file's secret, or the fleet's keys

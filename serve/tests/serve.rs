@@ -2055,3 +2055,150 @@ async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_o
             .is_some()
     );
 }
+
+/// The etcd value of `cert`: what the README's `etcdctl put` writes.
+fn etcd_value(cert: &TestCert) -> Vec<u8> {
+    format!(
+        "{{\"tls.crt\": {}, \"tls.key\": {}}}",
+        serde_json::Value::from(cert.chain_pem.as_str()),
+        serde_json::Value::from(cert.key_pem.as_str())
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn etcd_cert_serves_the_certificate_at_its_key_and_each_put_after() {
+    let Some(cluster) = tls_test::EtcdCluster::shared() else {
+        return;
+    };
+    let prefix = cluster.prefix("serve-cert");
+    let ca = TestCa::new("serve etcd");
+    let [first, second]: [TestCert; 2] = ca.leaves(&["localhost"]);
+    cluster.put(&format!("{prefix}certs/web"), &etcd_value(&first));
+    let endpoints = cluster.endpoints().join(",");
+    let serve = start(&[
+        "--etcd",
+        &endpoints,
+        "--etcd-prefix",
+        &prefix,
+        "--etcd-cert",
+        "web",
+    ])
+    .await;
+    let status = serve.status().await;
+    assert_eq!(status["fingerprint_sha256"], first.fingerprint);
+
+    // A bad value keeps the certificate; the next good one is served.
+    cluster.put(&format!("{prefix}certs/web"), b"{\"tls.crt\": 1}");
+    let status = serve
+        .wait_status("the bad value reported", |s| {
+            s["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("certs/web"))
+        })
+        .await;
+    assert_eq!(status["fingerprint_sha256"], first.fingerprint);
+    cluster.put(&format!("{prefix}certs/web"), &etcd_value(&second));
+    serve
+        .wait_status("the second certificate", |s| {
+            s["fingerprint_sha256"] == second.fingerprint
+        })
+        .await;
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn etcd_certs_serves_every_certificate_under_the_prefix_by_its_names() {
+    let Some(cluster) = tls_test::EtcdCluster::shared() else {
+        return;
+    };
+    let prefix = cluster.prefix("serve-certs");
+    let ca = TestCa::new("serve etcd routes");
+    let (a, b) = (ca.leaf(&["a.example.com"]), ca.leaf(&["b.example.com"]));
+    cluster.put(&format!("{prefix}certs/a"), &etcd_value(&a));
+    cluster.put(&format!("{prefix}certs/b"), &etcd_value(&b));
+    let endpoints = cluster.endpoints().join(",");
+    let serve = start(&[
+        "--etcd",
+        &endpoints,
+        "--etcd-prefix",
+        &prefix,
+        "--etcd-certs",
+    ])
+    .await;
+    // Listening means listed: both routes are there at once.
+    let status = serve.status().await;
+    assert_eq!(status["routes"]["a"]["fingerprint_sha256"], a.fingerprint);
+    assert_eq!(
+        status["routes"]["b"]["names"],
+        serde_json::json!(["b.example.com"])
+    );
+    assert_eq!(
+        served_for(serve.addr, "a.example.com").await,
+        Some(a.fingerprint.clone())
+    );
+    assert_eq!(
+        served_for(serve.addr, "b.example.com").await,
+        Some(b.fingerprint.clone())
+    );
+
+    cluster.delete(&format!("{prefix}certs/a"));
+    let c = ca.leaf(&["c.example.com"]);
+    cluster.put(&format!("{prefix}certs/c"), &etcd_value(&c));
+    serve
+        .wait_status("a removed, c added", |s| {
+            s["routes"].get("a").is_none()
+                && s["routes"]["c"]["fingerprint_sha256"] == c.fingerprint
+        })
+        .await;
+    assert_ne!(
+        served_for(serve.addr, "a.example.com").await,
+        Some(a.fingerprint.clone())
+    );
+    assert_eq!(
+        served_for(serve.addr, "c.example.com").await,
+        Some(c.fingerprint.clone())
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn etcd_over_tls_with_a_client_certificate_from_files() {
+    let Some(cluster) = tls_test::EtcdCluster::builder().members(1).tls().start() else {
+        return;
+    };
+    let served = TestCa::new("serve etcd tls").leaf(&["localhost"]);
+    cluster.put("/tls-rotation/certs/web", &etcd_value(&served));
+    let dir = tempfile::tempdir().unwrap();
+    let client = cluster.ca().client_leaf("serve");
+    let (cert, key) = (
+        dir.path().join("client.pem"),
+        dir.path().join("client-key.pem"),
+    );
+    std::fs::write(&cert, &client.chain_pem).unwrap();
+    std::fs::write(&key, &client.key_pem).unwrap();
+    let endpoints = cluster.endpoints().join(",");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (ca, cert, key) = (path(&cluster.ca_file()), path(&cert), path(&key));
+    let serve = start(&[
+        "--etcd",
+        &endpoints,
+        "--etcd-cert",
+        "web",
+        "--etcd-ca",
+        &ca,
+        "--etcd-client-cert",
+        &cert,
+        "--etcd-client-key",
+        &key,
+    ])
+    .await;
+    assert_eq!(
+        serve.status().await["fingerprint_sha256"],
+        served.fingerprint
+    );
+    serve.signal("-TERM");
+    assert_eq!(serve.exit_code().await, Some(0));
+}

@@ -14,6 +14,7 @@
 //! | `k8s` | `tls_rotation::k8s`: a Kubernetes Secret, or many by label selector (tls-k8s), and the `kube` client they take; with `acme`, the ACME fleet's Kubernetes store (`acme::AcmeBuilder::kubernetes`) |
 //! | `self-signed` | `tls_rotation::selfsigned`: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`, its CA sealed at rest with `k8s::seal`) |
 //! | `acme` | `tls_rotation::acme`: certificates from an ACME CA for many names, one SNI route each, challenges answered in the accept stream or over HTTP (tls-acme) |
+//! | `etcd` | `tls_rotation::etcd`: the certificate at an etcd key, or every one under a prefix as SNI routes (tls-etcd), over TLS on a rustls config of yours; building it needs `protoc` |
 //! | `metrics` | metrics on the `metrics` facade, for every crate turned on |
 //! | `serde` | `Serialize` for [`Status`] and its parts, and with `k8s` for the fleet's `k8s::Leadership` and `k8s::StateAccess` (`acme::AcmeStatus` always serializes) |
 //! | `aws-lc-rs` | the rustls crypto provider used when given none: aws-lc-rs, with the post-quantum key exchange current clients offer first (recommended) |
@@ -83,3 +84,7 @@ pub use tls_selfsigned as selfsigned;
 /// Certificates from an ACME CA for many names (the `tls-acme` crate).
 #[cfg(feature = "acme")]
 pub use tls_acme as acme;
+
+/// Certificates kept in etcd: one key, or every key under a prefix (the `tls-etcd` crate).
+#[cfg(feature = "etcd")]
+pub use tls_etcd as etcd;

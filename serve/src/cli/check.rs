@@ -12,13 +12,18 @@ use super::*;
 impl Cli {
     /// The rules of which flags go together, with the messages serve has always given.
     pub(super) fn check(self) -> Result<Args, String> {
-        if self.ready_before_lists && self.k8s_secrets.is_none() {
-            return Err("--ready-before-lists goes with --k8s-secrets".into());
+        if self.ready_before_lists && self.k8s_secrets.is_none() && !self.etcd_certs {
+            return Err("--ready-before-lists goes with --k8s-secrets or --etcd-certs".into());
+        }
+        let (etcd, etcd_cert, etcd_certs) = self.etcd_flags()?;
+        if etcd_certs.is_some() && self.k8s_secrets.is_some() {
+            return Err("--etcd-certs cannot be combined with --k8s-secrets".into());
         }
         let mut sni = Sni {
             routes: self.sni,
             strict: self.sni_strict,
             secrets: None,
+            etcd_certs,
             ready_before_lists: self.ready_before_lists,
         };
         match (self.k8s_secrets, self.selector) {
@@ -46,6 +51,11 @@ impl Cli {
         if seal.keys.is_empty() && (seal.adopt_unsealed || seal.served_key) {
             return Err("--seal-adopt-unsealed and --seal-served-key go with --seal-key".into());
         }
+        if etcd_cert.is_some() && (self.k8s_shared.is_some() || self.acme_directory.is_some()) {
+            return Err(
+                "--etcd-cert cannot be combined with --k8s-shared or --acme-directory".into(),
+            );
+        }
         if !seal.keys.is_empty() && self.k8s_shared.is_none() && self.k8s_secret.is_none() {
             return Err(
                 "--seal-key goes with --k8s-shared (or --k8s-secret, to open a sealed tls.key)"
@@ -55,7 +65,8 @@ impl Cli {
         if seal.served_key && self.k8s_shared.is_none() {
             return Err("--seal-served-key goes with --k8s-shared".into());
         }
-        let from_api = self.k8s_shared.is_some() || self.k8s_secret.is_some();
+        let from_api =
+            self.k8s_shared.is_some() || self.k8s_secret.is_some() || etcd_cert.is_some();
         if from_api && self.client_ca.is_some() {
             return Err(
                 "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
@@ -135,10 +146,15 @@ impl Cli {
                 options: self_signed,
             }
         } else if let Some((namespace, name)) = self.k8s_secret {
-            if files || self_signed_flags {
+            if files || self_signed_flags || etcd_cert.is_some() {
                 return Err("--k8s-secret cannot be combined with other certificate flags".into());
             }
             Certs::Secret { namespace, name }
+        } else if let Some(key) = etcd_cert {
+            if files || self_signed_flags {
+                return Err("--etcd-cert cannot be combined with other certificate flags".into());
+            }
+            Certs::Etcd { key }
         } else {
             if files && self_signed_flags {
                 return Err("--name and --self-signed-* apply to the self-signed default, not to --cert or --cert-dir".into());
@@ -170,7 +186,85 @@ impl Cli {
             seal,
             acme,
             tickets,
+            etcd,
         })
+    }
+
+    /// The etcd flags: how to reach etcd, the key of `--etcd-cert` and the prefix of
+    /// `--etcd-certs` (each `None` when not given).
+    #[allow(clippy::type_complexity)]
+    fn etcd_flags(&self) -> Result<(Option<EtcdArgs>, Option<String>, Option<String>), String> {
+        let Some(endpoints) = &self.etcd else {
+            let given = [
+                ("--etcd-prefix", self.etcd_prefix.is_some()),
+                ("--etcd-cert", self.etcd_cert.is_some()),
+                ("--etcd-certs", self.etcd_certs),
+                ("--etcd-user", self.etcd_user.is_some()),
+                ("--etcd-password-file", self.etcd_password_file.is_some()),
+                ("--etcd-ca", self.etcd_ca.is_some()),
+                ("--etcd-client-cert", self.etcd_client_cert.is_some()),
+                ("--etcd-client-key", self.etcd_client_key.is_some()),
+            ];
+            if let Some((flag, _)) = given.into_iter().find(|(_, given)| *given) {
+                return Err(format!("{flag} goes with --etcd ENDPOINTS"));
+            }
+            return Ok((None, None, None));
+        };
+        let endpoints: Vec<String> = endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if endpoints.is_empty() {
+            return Err("--etcd: expected ENDPOINTS, e.g. 127.0.0.1:2379,127.0.0.2:2379".into());
+        }
+        if self.etcd_cert.is_none() && !self.etcd_certs {
+            return Err("--etcd needs --etcd-cert NAME or --etcd-certs (what to serve)".into());
+        }
+        let mut prefix = self
+            .etcd_prefix
+            .clone()
+            .unwrap_or_else(|| "/tls-rotation/".to_owned());
+        if prefix.is_empty() {
+            return Err("--etcd-prefix: expected a PREFIX, e.g. /tls-rotation/".into());
+        }
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        let certs = format!("{prefix}certs/");
+        let cert = match &self.etcd_cert {
+            Some(name) if name.is_empty() || name.starts_with('/') => {
+                return Err(format!(
+                    "--etcd-cert {name:?}: expected a NAME (the key is {certs}NAME)"
+                ));
+            }
+            Some(name) => Some(format!("{certs}{name}")),
+            None => None,
+        };
+        let user = match (&self.etcd_user, &self.etcd_password_file) {
+            (Some(user), Some(file)) => Some((user.clone(), file.clone())),
+            (None, None) => None,
+            _ => return Err("--etcd-user and --etcd-password-file go together".into()),
+        };
+        let client = match (&self.etcd_client_cert, &self.etcd_client_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => return Err("--etcd-client-cert and --etcd-client-key go together".into()),
+        };
+        if client.is_some() && self.etcd_ca.is_none() {
+            return Err(
+                "--etcd-client-cert needs --etcd-ca (the CA etcd's certificate is checked with)"
+                    .into(),
+            );
+        }
+        let etcd = EtcdArgs {
+            endpoints,
+            user,
+            ca: self.etcd_ca.clone(),
+            client,
+        };
+        Ok((Some(etcd), cert, self.etcd_certs.then_some(certs)))
     }
 
     /// `--session-tickets` and `--ticket-rotation`; a FILE is read here, so that a bad one is a

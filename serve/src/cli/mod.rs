@@ -51,6 +51,7 @@ const SEAL: &str =
 const SNI: &str = "SNI (the certificate chosen above is the default, for every other name)";
 const ACME: &str =
     "ACME (a certificate from an ACME CA for each --acme-domain, served as its SNI route)";
+const ETCD: &str = "etcd (certificates kept in etcd: at PREFIX/certs/NAME, a JSON object with tls.crt, tls.key and an optional ca.crt, each PEM text)";
 const SELF_SIGNED: &str =
     "With no certificate flags: a self-signed certificate for localhost, 127.0.0.1 and ::1";
 
@@ -227,6 +228,37 @@ pub(crate) struct Cli {
     #[arg(long, help_heading = SNI)]
     ready_before_lists: bool,
 
+    /// The etcd cluster's client endpoints, comma-separated (HOST:PORT, http:// or https://;
+    /// every member, so that one going away is left for the next)
+    #[arg(long, value_name = "ENDPOINTS", help_heading = ETCD)]
+    etcd: Option<String>,
+    /// Where the certificates are kept [default: /tls-rotation/]
+    #[arg(long, value_name = "PREFIX", help_heading = ETCD)]
+    etcd_prefix: Option<String>,
+    /// Serve the certificate at PREFIX/certs/NAME (the default certificate)
+    #[arg(long, value_name = "NAME", help_heading = ETCD)]
+    etcd_cert: Option<String>,
+    /// Serve every certificate under PREFIX/certs/ for the DNS names in it (one watch; ready
+    /// once the whole prefix is listed)
+    #[arg(long, help_heading = ETCD)]
+    etcd_certs: bool,
+    /// Authenticate as this etcd user (needs --etcd-password-file)
+    #[arg(long, value_name = "USER", help_heading = ETCD)]
+    etcd_user: Option<String>,
+    /// The --etcd-user's password: the first line of PATH
+    #[arg(long, value_name = "PATH", help_heading = ETCD)]
+    etcd_password_file: Option<PathBuf>,
+    /// TLS to etcd, trusting the CA certificates in this PEM file (read at start)
+    #[arg(long, value_name = "PATH", help_heading = ETCD)]
+    etcd_ca: Option<PathBuf>,
+    /// The client certificate presented to etcd (PEM; followed like --cert, so a renewed one is
+    /// used on the next connection); needs --etcd-client-key and --etcd-ca
+    #[arg(long, value_name = "PATH", help_heading = ETCD)]
+    etcd_client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM)
+    #[arg(long, value_name = "PATH", help_heading = ETCD)]
+    etcd_client_key: Option<PathBuf>,
+
     /// Also for this DNS name or IP address (repeatable)
     #[arg(long, value_name = "NAME", help_heading = SELF_SIGNED)]
     name: Vec<String>,
@@ -266,6 +298,10 @@ pub(crate) enum Certs {
         namespace: String,
         name: String,
     },
+    /// `--etcd-cert NAME`: the whole etcd key, `PREFIX/certs/NAME`.
+    Etcd {
+        key: String,
+    },
     /// One self-signed certificate for every replica, in a Secret written by the Lease holder.
     Shared {
         namespace: String,
@@ -292,8 +328,22 @@ pub(crate) struct Sni {
     pub(crate) strict: bool,
     /// The namespace and label selector of `--k8s-secrets`.
     pub(crate) secrets: Option<(String, String)>,
-    /// Ready with the default alone, before the `--k8s-secrets` list is in.
+    /// `--etcd-certs`: every certificate under this etcd prefix (`PREFIX/certs/`).
+    pub(crate) etcd_certs: Option<String>,
+    /// Ready with the default alone, before the `--k8s-secrets` (or `--etcd-certs`) list is in.
     pub(crate) ready_before_lists: bool,
+}
+
+/// How to reach etcd (`--etcd` and its TLS and user flags).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct EtcdArgs {
+    pub(crate) endpoints: Vec<String>,
+    /// The user and the file holding the password.
+    pub(crate) user: Option<(String, PathBuf)>,
+    /// `--etcd-ca`: TLS to etcd.
+    pub(crate) ca: Option<PathBuf>,
+    /// `--etcd-client-cert` and `--etcd-client-key`.
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
 }
 
 /// The ACME client of `--acme-directory`.
@@ -347,6 +397,7 @@ pub(crate) struct Args {
     pub(crate) seal: SealArgs,
     pub(crate) acme: Option<AcmeArgs>,
     pub(crate) tickets: Tickets,
+    pub(crate) etcd: Option<EtcdArgs>,
 }
 
 /// `--session-tickets` (and `--ticket-rotation`).

@@ -638,6 +638,15 @@ fn help_lists_every_flag() {
         "--acme-http-listen",
         "--acme-eab-kid",
         "--acme-eab-key",
+        "--etcd ",
+        "--etcd-prefix",
+        "--etcd-cert ",
+        "--etcd-certs",
+        "--etcd-user",
+        "--etcd-password-file",
+        "--etcd-ca",
+        "--etcd-client-cert",
+        "--etcd-client-key",
     ] {
         assert!(help.contains(flag), "{flag} in:\n{help}");
     }
@@ -773,5 +782,137 @@ fn session_tickets_are_off_by_default_and_a_file_or_the_fleet_when_asked() {
             identity: "web-0".into(),
             rotation: Duration::from_secs(6 * 3600),
         }
+    );
+}
+
+#[test]
+fn etcd_serves_the_key_under_the_prefix_or_every_key_there() {
+    let args = parse(&[
+        "--etcd",
+        "127.0.0.1:2379, 127.0.0.2:2379",
+        "--etcd-cert",
+        "web",
+    ])
+    .unwrap();
+    assert_eq!(
+        args.certs,
+        Certs::Etcd {
+            key: "/tls-rotation/certs/web".into()
+        }
+    );
+    let etcd = args.etcd.unwrap();
+    assert_eq!(etcd.endpoints, ["127.0.0.1:2379", "127.0.0.2:2379"]);
+    assert_eq!((etcd.user, etcd.ca, etcd.client), (None, None, None));
+
+    let args = parse(&[
+        "--etcd",
+        "https://etcd:2379",
+        "--etcd-prefix",
+        "/apps/web",
+        "--etcd-certs",
+        "--etcd-user",
+        "web",
+        "--etcd-password-file",
+        "/run/etcd-password",
+        "--etcd-ca",
+        "/etc/etcd/ca.pem",
+        "--etcd-client-cert",
+        "/etc/etcd/client.pem",
+        "--etcd-client-key",
+        "/etc/etcd/client-key.pem",
+        "--ready-before-lists",
+    ])
+    .unwrap();
+    assert_eq!(args.certs, Certs::SelfSigned(SelfSignedArgs::default()));
+    assert_eq!(args.sni.etcd_certs.as_deref(), Some("/apps/web/certs/"));
+    assert!(args.sni.ready_before_lists);
+    let etcd = args.etcd.unwrap();
+    assert_eq!(etcd.user, Some(("web".into(), "/run/etcd-password".into())));
+    assert_eq!(etcd.ca, Some("/etc/etcd/ca.pem".into()));
+    assert_eq!(
+        etcd.client,
+        Some((
+            "/etc/etcd/client.pem".into(),
+            "/etc/etcd/client-key.pem".into()
+        ))
+    );
+}
+
+#[test]
+fn etcd_flags_that_do_not_go_together_are_refused_naming_them() {
+    refused(
+        &["--etcd-cert", "web"],
+        "--etcd-cert",
+        "goes with --etcd ENDPOINTS",
+    );
+    refused(
+        &["--etcd-ca", "ca.pem"],
+        "--etcd-ca",
+        "goes with --etcd ENDPOINTS",
+    );
+    refused(
+        &["--etcd", "127.0.0.1:2379"],
+        "--etcd",
+        "needs --etcd-cert NAME or --etcd-certs",
+    );
+    refused(
+        &["--etcd", " , ", "--etcd-certs"],
+        "--etcd",
+        "expected ENDPOINTS",
+    );
+    let etcd = ["--etcd", "127.0.0.1:2379", "--etcd-cert", "web"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        etcd.iter().chain(extra).copied().collect()
+    };
+    refused(
+        &with(&["--etcd-user", "web"]),
+        "--etcd-user and --etcd-password-file",
+        "go together",
+    );
+    refused(
+        &with(&["--etcd-client-cert", "c.pem", "--etcd-client-key", "k.pem"]),
+        "--etcd-client-cert",
+        "needs --etcd-ca",
+    );
+    refused(
+        &with(&["--etcd-client-key", "k.pem"]),
+        "--etcd-client-cert and --etcd-client-key",
+        "go together",
+    );
+    refused(
+        &with(&["--cert-dir", "/tls"]),
+        "--etcd-cert",
+        "cannot be combined",
+    );
+    refused(
+        &with(&["--k8s-secret", "default/web"]),
+        "--k8s-secret",
+        "cannot be combined",
+    );
+    refused(
+        &with(&["--client-ca", "ca.pem"]),
+        "--client-ca",
+        "goes with --cert",
+    );
+    refused(
+        &[
+            "--etcd",
+            "127.0.0.1:2379",
+            "--etcd-certs",
+            "--k8s-secrets",
+            "default",
+        ],
+        "--etcd-certs",
+        "cannot be combined with --k8s-secrets",
+    );
+    refused(
+        &["--etcd", "127.0.0.1:2379", "--etcd-cert", "/web"],
+        "--etcd-cert",
+        "expected a NAME",
+    );
+    refused(
+        &["--ready-before-lists"],
+        "--ready-before-lists",
+        "--etcd-certs",
     );
 }
