@@ -15,7 +15,7 @@ use crate::connect::{Etcd, MAX_MESSAGE};
 
 /// Keys per page of a list. Halved for a page larger than [`MAX_MESSAGE`]; a page of
 /// certificates (a few KiB each) is well under it.
-const PAGE: i64 = 500;
+const PAGE: i64 = 1000;
 /// The first wait after a failure, doubling up to [`MAX_WAIT`]. Short: a member killed is
 /// replaced by the next endpoint at once, and a watch resumed from its revision misses nothing.
 const FIRST_WAIT: Duration = Duration::from_millis(50);
@@ -80,6 +80,9 @@ pub(crate) struct Watch {
     /// The revision listed or last seen by the watch; `None` until listed (and after a
     /// compaction, so the next step lists again).
     revision: Option<i64>,
+    /// The list under way: its pages are passed on as they come, so that the consumer
+    /// validates one while the next is fetched.
+    cursor: Option<Cursor>,
     pending: VecDeque<Event>,
     backoff: Backoff,
     wait: Option<Duration>,
@@ -93,6 +96,7 @@ impl Watch {
             client: None,
             stream: None,
             revision: None,
+            cursor: None,
             pending: VecDeque::new(),
             backoff: Backoff::new(FIRST_WAIT, MAX_WAIT),
             wait: None,
@@ -121,6 +125,7 @@ impl Watch {
                 // member may be gone, cut off from its leader, or stopping.
                 self.client = None;
                 self.stream = None;
+                self.cursor = None; // a list cut short starts again, announced again
                 self.etcd.avoid_current();
                 self.wait = self.backoff.next();
                 tracing::debug!(range = %self.range.text(), error = %err, wait = ?self.wait, "etcd watch failed; retrying");
@@ -136,11 +141,16 @@ impl Watch {
             None => self.client.insert(self.etcd.connect().await?),
         };
         let Some(revision) = self.revision else {
-            let (revision, items) = list(client, &self.range).await?;
-            self.revision = Some(revision);
-            self.pending.push_back(Event::Listing);
-            self.pending.extend(items);
-            self.pending.push_back(Event::Listed);
+            let cursor = self.cursor.get_or_insert_with(|| {
+                self.pending.push_back(Event::Listing);
+                Cursor::new(&self.range)
+            });
+            let done = cursor.page(client, &self.range, &mut self.pending).await?;
+            if let Some(revision) = done {
+                self.cursor = None;
+                self.revision = Some(revision);
+                self.pending.push_back(Event::Listed);
+            }
             self.backoff.reset();
             return Ok(());
         };
@@ -226,60 +236,83 @@ impl Watch {
     }
 }
 
-/// Every key of `range` at one revision, in pages: the revision and a [`Event::Put`] per key.
-/// A revision compacted between pages starts the list again.
-async fn list(client: &mut Client, range: &Range) -> Result<(i64, Vec<Event>), Error> {
-    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-    let end = range.end();
-    let mut page = PAGE;
-    'list: loop {
-        let mut items = Vec::new();
-        let mut revision = 0;
-        let mut from = range.text().as_bytes().to_vec();
-        loop {
-            let mut options = GetOptions::new().with_limit(page);
+/// A list in pages, all at the revision of the first.
+struct Cursor {
+    /// The revision of the first page; 0 before it.
+    revision: i64,
+    /// The first key of the next page.
+    from: Vec<u8>,
+    /// Keys per page.
+    page: i64,
+}
+
+impl Cursor {
+    fn new(range: &Range) -> Self {
+        Self {
+            revision: 0,
+            from: range.text().as_bytes().to_vec(),
+            page: PAGE,
+        }
+    }
+
+    /// Fetches the next page into `out` as [`Event::Put`]s; the list's revision once it was the
+    /// last. A revision compacted between pages starts the list again (announced again).
+    async fn page(
+        &mut self,
+        client: &mut Client,
+        range: &Range,
+        out: &mut VecDeque<Event>,
+    ) -> Result<Option<i64>, Error> {
+        let end = range.end();
+        let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        let response = loop {
+            let mut options = GetOptions::new().with_limit(self.page);
             if let Some(end) = &end {
                 options = options.with_range(end.clone());
             }
-            if revision > 0 {
-                options = options.with_revision(revision);
+            if self.revision > 0 {
+                options = options.with_revision(self.revision);
             }
-            let response = match kv.get(from.clone(), Some(options)).await {
-                Ok(response) => response,
-                Err(err) if too_large(&err) && page > 1 => {
-                    page = (page / 2).max(1);
-                    tracing::debug!(range = %range.text(), page, "a page of the list was too large; asking for fewer keys");
-                    continue;
+            match kv.get(self.from.clone(), Some(options)).await {
+                Ok(response) => break response,
+                Err(err) if too_large(&err) && self.page > 1 => {
+                    self.page = (self.page / 2).max(1);
+                    tracing::debug!(range = %range.text(), page = self.page, "a page of the list was too large; asking for fewer keys");
                 }
-                Err(err) if revision > 0 && compacted(&err) => continue 'list,
+                Err(err) if self.revision > 0 && compacted(&err) => {
+                    tracing::info!(range = %range.text(), revision = self.revision, "etcd compacted the revision of the list under way; listing again");
+                    *self = Self::new(range);
+                    out.push_back(Event::Listing);
+                }
                 Err(source) => {
                     return Err(Error::Request {
                         what: format!("list of {}", range.text()),
                         source,
                     });
                 }
-            };
-            if revision == 0 {
-                revision = response
-                    .header()
-                    .map_or(0, etcd_client::ResponseHeader::revision);
             }
-            let mut last = None;
-            for kv in response.kvs() {
-                items.push(Event::Put {
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    value: kv.value().to_vec(),
-                    revision: kv.mod_revision(),
-                });
-                last = Some(kv.key().to_vec());
+        };
+        if self.revision == 0 {
+            self.revision = response
+                .header()
+                .map_or(0, etcd_client::ResponseHeader::revision);
+        }
+        let mut last = None;
+        for kv in response.kvs() {
+            out.push_back(Event::Put {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                value: kv.value().to_vec(),
+                revision: kv.mod_revision(),
+            });
+            last = Some(kv.key());
+        }
+        match (response.more(), last) {
+            (true, Some(last)) if end.is_some() => {
+                self.from = last.to_vec();
+                self.from.push(0); // the next key after it
+                Ok(None)
             }
-            match (response.more(), last) {
-                (true, Some(mut last)) if end.is_some() => {
-                    last.push(0); // the next key after it
-                    from = last;
-                }
-                _ => return Ok((revision, items)),
-            }
+            _ => Ok(Some(self.revision)),
         }
     }
 }

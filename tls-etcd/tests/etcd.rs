@@ -249,7 +249,7 @@ async fn a_list_larger_than_a_page_is_listed_whole_at_one_revision() {
     let cert = TestCa::new("etcd pages").leaf(&["pages.example.com"]);
     let etcd = etcd(cluster);
     let mut client = etcd.connect().await.unwrap();
-    // 1,203 keys: more than two pages of 500.
+    // 1,203 keys: more than one page (1,000 keys).
     let count = 1203;
     for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
         let ops: Vec<_> = chunk
