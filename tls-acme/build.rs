@@ -2,11 +2,12 @@
 //! `pebble`) can run: `pebble` and `pebble-challtestsrv` are on the `PATH`, or `CI` is set
 //! (where a missing Pebble must fail those tests, not skip them). Only the tests read it:
 //! without it they are reported as ignored, rather than passing as if they had run. The
-//! library itself does not change. (serve's end-to-end tests use this script too.)
+//! library itself does not change. (serve's build script runs this one too, for its end-to-end
+//! tests.)
 
 use std::path::Path;
 
-fn main() {
+pub(crate) fn main() {
     println!("cargo::rustc-check-cfg=cfg(pebble)");
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=PATH");

@@ -2067,6 +2067,10 @@ fn etcd_value(cert: &TestCert) -> Vec<u8> {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn etcd_cert_serves_the_certificate_at_its_key_and_each_put_after() {
     let Some(cluster) = tls_test::EtcdCluster::shared() else {
         return;
@@ -2109,6 +2113,10 @@ async fn etcd_cert_serves_the_certificate_at_its_key_and_each_put_after() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn etcd_certs_serves_every_certificate_under_the_prefix_by_its_names() {
     let Some(cluster) = tls_test::EtcdCluster::shared() else {
         return;
@@ -2165,6 +2173,10 @@ async fn etcd_certs_serves_every_certificate_under_the_prefix_by_its_names() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn etcd_over_tls_with_a_client_certificate_from_files() {
     let Some(cluster) = tls_test::EtcdCluster::builder().members(1).tls().start() else {
         return;

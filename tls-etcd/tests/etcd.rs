@@ -90,6 +90,10 @@ fn handshakes(addr: SocketAddr, stop: Arc<AtomicBool>) -> tokio::task::JoinHandl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn a_put_is_served_and_bad_values_a_foreign_key_and_a_deletion_keep_the_last_good_one() {
     let Some(cluster) = EtcdCluster::shared() else {
         return;
@@ -172,6 +176,10 @@ async fn a_put_is_served_and_bad_values_a_foreign_key_and_a_deletion_keep_the_la
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn every_certificate_under_the_prefix_is_served_by_its_names_and_a_deleted_one_goes() {
     let Some(cluster) = EtcdCluster::shared() else {
         return;
@@ -241,6 +249,10 @@ async fn every_certificate_under_the_prefix_is_served_by_its_names_and_a_deleted
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn a_list_larger_than_a_page_is_listed_whole_at_one_revision() {
     let Some(cluster) = EtcdCluster::shared() else {
         return;
@@ -337,6 +349,10 @@ impl Link {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn compaction_while_disconnected_lists_again_with_no_gap() {
     let Some(cluster) = EtcdCluster::shared() else {
         return;
@@ -403,6 +419,10 @@ async fn compaction_while_disconnected_lists_again_with_no_gap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn etcds_leader_member_killed_fails_no_handshake_and_the_next_put_is_served() {
     let Some(cluster) = EtcdCluster::builder().start() else {
         return;
@@ -444,6 +464,10 @@ async fn etcds_leader_member_killed_fails_no_handshake_and_the_next_put_is_serve
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn a_rotated_etcd_client_certificate_keeps_the_source_connected() {
     let Some(cluster) = EtcdCluster::builder().tls().start() else {
         return;
@@ -508,6 +532,10 @@ async fn a_rotated_etcd_client_certificate_keeps_the_source_connected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
 async fn a_user_with_a_password_file_is_authenticated_again_when_its_token_expires() {
     let Some(cluster) = EtcdCluster::builder().members(1).auth_token_ttl(1).start() else {
         return;
