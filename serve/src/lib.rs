@@ -22,6 +22,9 @@
 //!        [--acme-weekly-limit N]
 //!        [--acme-profile NAME | --acme-profile-required NAME]]
 //!       [--session-tickets fleet|FILE|off [--ticket-rotation DURATION]]
+//!       [--etcd ENDPOINTS [--etcd-prefix PREFIX] [--etcd-cert NAME] [--etcd-certs]
+//!        [--etcd-user USER --etcd-password-file PATH]
+//!        [--etcd-ca PATH [--etcd-client-cert PATH --etcd-client-key PATH]]]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -64,6 +67,16 @@
 //!   Connections are refused until the whole list is in (so no listed name is served the
 //!   default, or refused under `--sni-strict`, after a restart); `--ready-before-lists` listens
 //!   once the default certificate is in and serves it while the list loads.
+//! - `--etcd ENDPOINTS` (comma-separated; every member) reads certificates kept in etcd under
+//!   `--etcd-prefix` (default `/tls-rotation/`): `--etcd-cert NAME` serves the one at
+//!   `PREFIX/certs/NAME` as the default certificate, `--etcd-certs` every one under
+//!   `PREFIX/certs/` as SNI routes by the names in each (listening once the whole prefix is
+//!   listed, as for `--k8s-secrets`). A value is JSON shaped like a TLS Secret's data, PEM text
+//!   in `tls.crt`, `tls.key` and an optional `ca.crt`. A bad value, a key of another pair or
+//!   (for `--etcd-cert`) a deleted key keeps the last good certificate serving; a member that
+//!   goes away is left for the next endpoint. `--etcd-ca` is TLS to etcd, with
+//!   `--etcd-client-cert` and `--etcd-client-key` (followed like `--cert`) for its
+//!   `--client-cert-auth`; `--etcd-user` with `--etcd-password-file` authenticates.
 //! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
 //!   (one each; a DNS name or an IP address, RFC 8738; no wildcards, which need DNS-01),
 //!   served as its SNI route beside the default (an address's certificate to handshakes
