@@ -265,7 +265,7 @@ impl Cursor {
     ) -> Result<Option<i64>, Error> {
         let end = range.end();
         let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-        let response = loop {
+        let mut response = loop {
             let mut options = GetOptions::new().with_limit(self.page);
             if let Some(end) = &end {
                 options = options.with_range(end.clone());
@@ -297,19 +297,23 @@ impl Cursor {
                 .header()
                 .map_or(0, etcd_client::ResponseHeader::revision);
         }
+        let more = response.more();
         let mut last = None;
-        for kv in response.kvs() {
+        // Taken, not copied: a page of certificates is a megabyte or more.
+        for kv in response.take_kvs() {
+            let revision = kv.mod_revision();
+            let (key, value) = kv.into_key_value();
             out.push_back(Event::Put {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                value: kv.value().to_vec(),
-                revision: kv.mod_revision(),
+                key: String::from_utf8_lossy(&key).into_owned(),
+                value,
+                revision,
             });
-            last = Some(kv.key());
+            last = Some(key);
         }
-        match (response.more(), last) {
+        match (more, last) {
             (true, Some(last)) if end.is_some() => {
-                self.from = last.to_vec();
-                self.from.push(0); // the next key after it
+                self.from = last;
+                self.from.push(0); // the next key after it (the key's own bytes)
                 Ok(None)
             }
             _ => Ok(Some(self.revision)),
