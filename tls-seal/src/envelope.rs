@@ -10,10 +10,13 @@
 //! | 14 | 12 | nonce: random |
 //! | 26 | n + 16 | the ciphertext of the n-byte value, then the 16-byte GCM tag |
 //!
-//! The associated data binds the header and the value's place:
+//! The associated data binds the header and the value's place. For a value in a Kubernetes
+//! object ([`Location::Object`]):
 //! `"tls-rotation.io/seal"` ‖ `0x00` ‖ bytes 0..26 ‖ lp(namespace) ‖ lp(name) ‖ lp(key), where
-//! lp(s) is the length of s as a 4-byte integer, then s in UTF-8. A value copied into another
-//! object, or under another key of the same object, does not open.
+//! lp(s) is the length of s as a 4-byte integer, then s in UTF-8. For a value at an etcd key
+//! ([`Location::Etcd`]): `"tls-rotation.io/seal etcd"` ‖ `0x00` ‖ bytes 0..26 ‖ lp(key). A value
+//! copied into another object, under another key of the same object, or from one store to the
+//! other, does not open.
 
 use std::fmt;
 
@@ -30,6 +33,7 @@ pub(crate) const HEADER_LEN: usize = 4 + 1 + 1 + 8 + 12;
 /// The GCM tag.
 pub(crate) const TAG_LEN: usize = 16;
 const AAD_LABEL: &[u8] = b"tls-rotation.io/seal\0";
+const AAD_LABEL_ETCD: &[u8] = b"tls-rotation.io/seal etcd\0";
 const KEY_ID_LABEL: &[u8] = b"tls-rotation.io/seal key id\0";
 
 /// A seal key's id: derived from the key itself (never from where it was read), so every
@@ -66,32 +70,53 @@ impl fmt::Debug for KeyId {
     }
 }
 
-/// Where a sealed value lives: the object (namespace and name) and the key within it. A value
-/// opens only where it was sealed.
+/// Where a sealed value lives. A value opens only where it was sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Location<'a> {
-    /// The object's namespace.
-    pub namespace: &'a str,
-    /// The object's name.
-    pub name: &'a str,
-    /// The key of the value within the object (a Secret's data key).
-    pub key: &'a str,
+#[non_exhaustive]
+pub enum Location<'a> {
+    /// A value in a Kubernetes object: its namespace and name, and the key within it (a
+    /// Secret's data key). [`Location::new`].
+    Object {
+        /// The object's namespace.
+        namespace: &'a str,
+        /// The object's name.
+        name: &'a str,
+        /// The key of the value within the object.
+        key: &'a str,
+    },
+    /// A value at an etcd key (the whole key). [`Location::etcd`].
+    Etcd {
+        /// The etcd key.
+        key: &'a str,
+    },
 }
 
 impl<'a> Location<'a> {
-    /// The value `key` of the object `namespace/name`.
+    /// The value `key` of the Kubernetes object `namespace/name`.
     pub fn new(namespace: &'a str, name: &'a str, key: &'a str) -> Self {
-        Self {
+        Self::Object {
             namespace,
             name,
             key,
         }
     }
+
+    /// The value at the etcd key `key`.
+    pub fn etcd(key: &'a str) -> Self {
+        Self::Etcd { key }
+    }
 }
 
 impl fmt::Display for Location<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{} {}", self.namespace, self.name, self.key)
+        match self {
+            Self::Object {
+                namespace,
+                name,
+                key,
+            } => write!(f, "{namespace}/{name} {key}"),
+            Self::Etcd { key } => write!(f, "etcd {key}"),
+        }
     }
 }
 
@@ -159,12 +184,23 @@ pub(crate) fn header(key_id: KeyId, nonce: [u8; 12]) -> [u8; HEADER_LEN] {
 
 /// The associated data for an envelope with `header` at `at`.
 pub(crate) fn aad(header: &[u8], at: Location<'_>) -> Vec<u8> {
+    // The bytes of a Kubernetes location are those of the envelope's first version (values
+    // sealed before etcd locations existed open unchanged); an etcd location has a label of
+    // its own, so that no object location and etcd key can give the same bytes.
+    let (label, parts): (&[u8], &[&str]) = match &at {
+        Location::Object {
+            namespace,
+            name,
+            key,
+        } => (AAD_LABEL, &[namespace, name, key]),
+        Location::Etcd { key } => (AAD_LABEL_ETCD, &[key]),
+    };
     let mut aad = Vec::with_capacity(
-        AAD_LABEL.len() + header.len() + 12 + at.namespace.len() + at.name.len() + at.key.len(),
+        label.len() + header.len() + parts.iter().map(|p| 4 + p.len()).sum::<usize>(),
     );
-    aad.extend_from_slice(AAD_LABEL);
+    aad.extend_from_slice(label);
     aad.extend_from_slice(header);
-    for part in [at.namespace, at.name, at.key] {
+    for part in parts {
         let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
         aad.extend_from_slice(&len.to_be_bytes());
         aad.extend_from_slice(part.as_bytes());
@@ -225,5 +261,8 @@ mod tests {
         let a = aad(&header, Location::new("ns", "ab", "c"));
         let b = aad(&header, Location::new("ns", "a", "bc"));
         assert_ne!(a, b, "length prefixes keep name and key apart");
+        let etcd = aad(&header, Location::etcd("ns/a/bc"));
+        assert_ne!(a, etcd);
+        assert!(etcd.starts_with(b"tls-rotation.io/seal etcd\0"));
     }
 }

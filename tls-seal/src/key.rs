@@ -322,7 +322,7 @@ impl Seal for KeyRing {
 mod tests {
     use super::*;
 
-    const AT: Location<'static> = Location {
+    const AT: Location<'static> = Location::Object {
         namespace: "web",
         name: "web-tls-ca",
         key: "ca.key",
