@@ -9,6 +9,8 @@
 //! - [`Etcd`]: how to reach the cluster: its endpoints (a member that goes away is left for the
 //!   next), TLS on the caller's rustls config (a rotating client certificate from
 //!   `tls_reload::ClientTls`), a user and password.
+//! - [`store`]: for a fleet's shared state, one writer elected on an etcd lease and writes
+//!   fenced by its round.
 //!
 //! # The value
 //! A JSON object shaped like a `kubernetes.io/tls` Secret's data, with PEM text in each field,
@@ -52,6 +54,7 @@ mod cert;
 mod certs;
 mod connect;
 mod error;
+pub mod store;
 mod value;
 mod watch;
 

@@ -11,9 +11,9 @@ use tls_etcd::{Etcd, EtcdCertSource, EtcdCertsSource};
 use tls_reload::{ClientTls, FileSource, Reloader, Status};
 use tls_source::KeyedUpdate;
 use tls_test::{EtcdCluster, KubeDir, PATIENCE, TestCa, TestCert, TestServer};
-use tokio::io::AsyncWriteExt as _;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
+
+mod common;
+use common::Link;
 
 fn etcd(cluster: &EtcdCluster) -> Etcd {
     Etcd::builder(cluster.endpoints())
@@ -296,56 +296,6 @@ async fn a_list_larger_than_a_page_is_listed_whole_at_one_revision() {
     );
     assert_eq!(keys.len(), count);
     assert!(keys.contains("k00000") && keys.contains(&format!("k{:05}", count - 1)));
-}
-
-/// A TCP proxy that can be cut (open connections dropped, new ones closed at once) and
-/// restored: one client's connection to etcd lost and regained while etcd carries on.
-struct Link {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    connections: Arc<std::sync::Mutex<JoinSet<()>>>,
-    _accept: tokio::task::JoinHandle<()>,
-}
-
-impl Link {
-    async fn to(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let up = Arc::new(AtomicBool::new(true));
-        let connections = Arc::new(std::sync::Mutex::new(JoinSet::new()));
-        let accept = tokio::spawn({
-            let (up, connections) = (up.clone(), connections.clone());
-            async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !up.load(Ordering::SeqCst) {
-                        let _ = inbound.shutdown().await;
-                        continue;
-                    }
-                    connections.lock().unwrap().spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                }
-            }
-        });
-        Self {
-            addr,
-            up,
-            connections,
-            _accept: accept,
-        }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        self.connections.lock().unwrap().abort_all();
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,337 @@
+//! [`WriterLease`]: one writer among replicas, elected on an etcd lease, its round the holder
+//! key's `create_revision` (etcd's own fencing token: no counter to read and write).
+
+use std::fmt;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, WatchOptions};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Fence;
+use crate::{Error, Etcd};
+
+/// The default lease TTL: 15 s (as a Kubernetes Lease's default duration).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// The default retry period: 2 s (keep-alives while leading, campaigns after a failure).
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// The longest a stopping writer waits to revoke its lease.
+const RELEASE_BUDGET: Duration = Duration::from_secs(5);
+
+/// Who writes, as this replica last saw it: the fence its writes carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leadership {
+    /// The holder's identity, if any.
+    pub holder: Option<String>,
+    /// The round: the holder key's `create_revision`, new at every change of holder (and when
+    /// the same replica takes the key again). A write fenced by a round is refused once the key
+    /// was taken again.
+    pub round: u64,
+    /// Whether this replica holds the key and its lease was kept alive within the renew
+    /// deadline.
+    pub leading: bool,
+}
+
+impl Leadership {
+    /// The fence of this replica's writes, while it leads.
+    pub fn fence(&self) -> Option<Fence> {
+        self.leading.then_some(Fence { round: self.round })
+    }
+}
+
+/// One writer among replicas, elected on etcd:
+///
+/// - Each candidate grants itself a lease of [`ttl`](Self::ttl) and puts the holder key
+///   `PREFIX/fleets/NAME/writer` with it in a transaction that requires the key absent
+///   (`create_revision == 0`): one wins. Its round is the key's `create_revision`.
+/// - The holder keeps its lease alive every [`retry_period`](Self::retry_period) and steps
+///   down by itself (says it no longer leads, revokes its lease) when no keep-alive succeeded
+///   within the renew deadline (the TTL less one retry period): before etcd lets the key expire
+///   for the others. A holder cut off from a quorum writes nothing.
+/// - The others watch the key (one watch, no periodic requests) and campaign when it is
+///   deleted: released by a holder that stops (revoked lease), or expired with its lease.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tls_etcd::Etcd;
+/// use tls_etcd::store::WriterLease;
+///
+/// let etcd = Etcd::builder(["127.0.0.1:2379"]).build()?;
+/// let token = tokio_util::sync::CancellationToken::new();
+/// let lease = WriterLease::new(etcd, "/tls-rotation/", "web", "web-0").spawn(&token);
+/// let mut leadership = lease.leadership();
+/// leadership.wait_for(|l| l.leading).await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a writer lease does nothing until spawned"]
+pub struct WriterLease {
+    etcd: Etcd,
+    key: String,
+    identity: String,
+    ttl: Duration,
+    retry_period: Duration,
+    release_on_cancel: bool,
+}
+
+impl fmt::Debug for WriterLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterLease")
+            .field("key", &self.key)
+            .field("identity", &self.identity)
+            .field("ttl", &self.ttl)
+            .field("retry_period", &self.retry_period)
+            .field("release_on_cancel", &self.release_on_cancel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The running election: its leadership, and its end.
+#[derive(Debug)]
+pub struct LeaseHandle {
+    leadership: watch::Receiver<Leadership>,
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WriterLease {
+    /// The election of fleet `name` under `prefix` (the holder key is
+    /// `PREFIX/fleets/NAME/writer`), for this replica, `identity`.
+    pub fn new(etcd: Etcd, prefix: &str, name: &str, identity: impl Into<String>) -> Self {
+        let prefix = prefix.trim_end_matches('/');
+        Self {
+            etcd,
+            key: format!("{prefix}/fleets/{name}/writer"),
+            identity: identity.into(),
+            ttl: DEFAULT_TTL,
+            retry_period: DEFAULT_RETRY_PERIOD,
+            release_on_cancel: true,
+        }
+    }
+
+    /// The lease's time to live, in whole seconds (at least 2 s; etcd's own minimum may be
+    /// higher). Default: 15 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Duration::from_secs(ttl.as_secs().max(2));
+        self
+    }
+
+    /// How often the holder keeps its lease alive. Default: 2 s. At most a third of the TTL.
+    pub fn retry_period(mut self, period: Duration) -> Self {
+        self.retry_period = period.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Whether a holder stopped by its token revokes its lease, so that another replica leads
+    /// at once rather than after the TTL. Default: on. A holder that is killed cannot: the
+    /// others take over when its lease expires.
+    pub fn release_on_cancel(mut self, release: bool) -> Self {
+        self.release_on_cancel = release;
+        self
+    }
+
+    /// The holder key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Runs the election until `token` is cancelled (or the handle dropped and stopped).
+    pub fn spawn(self, token: &CancellationToken) -> LeaseHandle {
+        let token = token.child_token();
+        let (tx, rx) = watch::channel(Leadership::default());
+        let task = tokio::spawn(run(self, tx, token.clone()));
+        LeaseHandle {
+            leadership: rx,
+            token,
+            task,
+        }
+    }
+
+    fn retry(&self) -> Duration {
+        self.retry_period.min(self.ttl / 3)
+    }
+
+    /// The holder steps down when no keep-alive succeeded for this long: the TTL less one retry
+    /// period, so that it stops before etcd can let the key expire for the others.
+    fn renew_deadline(&self) -> Duration {
+        self.ttl.saturating_sub(self.retry())
+    }
+}
+
+impl LeaseHandle {
+    /// Who leads, as this replica last saw it.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    /// Stops the election (a holder revokes its lease, unless told not to).
+    pub fn stop(&self) {
+        self.token.cancel();
+    }
+
+    /// Waits until the election has stopped.
+    pub async fn stopped(self) {
+        let _ = self.task.await;
+    }
+
+    /// Stops the task at once, as a killed process would: nothing is revoked.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+async fn run(lock: WriterLease, tx: watch::Sender<Leadership>, token: CancellationToken) {
+    while !token.is_cancelled() {
+        // Not raced against the token: a holder told to stop revokes its lease on the way out.
+        if let Err(err) = round(&lock, &tx, &token).await {
+            tracing::debug!(key = %lock.key, error = %err, "etcd election: retrying");
+            tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = tokio::time::sleep(lock.retry()) => {}
+            }
+        }
+    }
+    tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
+}
+
+/// One campaign: leads until it steps down or stops, or follows until the key goes.
+async fn round(
+    lock: &WriterLease,
+    tx: &watch::Sender<Leadership>,
+    token: &CancellationToken,
+) -> Result<(), Error> {
+    let request = |what: &str| {
+        let what = format!("{what} ({})", lock.key);
+        move |source| Error::Request { what, source }
+    };
+    let mut client = lock.etcd.connect().await?;
+    let ttl = i64::try_from(lock.ttl.as_secs()).unwrap_or(i64::MAX);
+    let lease = client
+        .lease_grant(ttl, None)
+        .await
+        .map_err(request("lease grant"))?
+        .id();
+    let take = Txn::new()
+        .when([Compare::create_revision(
+            lock.key.as_str(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then([TxnOp::put(
+            lock.key.as_str(),
+            lock.identity.as_str(),
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+        .or_else([TxnOp::get(lock.key.as_str(), None)]);
+    let taken = client.txn(take).await.map_err(request("campaign"))?;
+    let revision = taken
+        .header()
+        .map_or(0, etcd_client::ResponseHeader::revision);
+    if taken.succeeded() {
+        let round = u64::try_from(revision).unwrap_or(0);
+        tracing::info!(key = %lock.key, identity = %lock.identity, round, "leading: this replica writes");
+        tx.send_replace(Leadership {
+            holder: Some(lock.identity.clone()),
+            round,
+            leading: true,
+        });
+        let outcome = lead(lock, &mut client, lease, tx, token).await;
+        tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
+        // Revoked: the key goes with the lease, and a follower leads at once. Not when a
+        // killed process stops (it cannot), nor when cancelled without release.
+        if outcome.is_ok() && (!token.is_cancelled() || lock.release_on_cancel) {
+            let _ = tokio::time::timeout(RELEASE_BUDGET, client.lease_revoke(lease)).await;
+        }
+        return outcome;
+    }
+    // Another holds it: the lease granted is not needed.
+    let _ = client.lease_revoke(lease).await;
+    let holder = taken.op_responses().into_iter().find_map(|op| match op {
+        etcd_client::TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.create_revision(),
+            )
+        }),
+        _ => None,
+    });
+    let Some((holder, created)) = holder else {
+        return Ok(()); // gone meanwhile: campaign again
+    };
+    tx.send_replace(Leadership {
+        holder: Some(holder),
+        round: u64::try_from(created).unwrap_or(0),
+        leading: false,
+    });
+    // Follow: one watch on the key, until it is deleted (released, or expired).
+    let mut watch = client
+        .watch_client()
+        .watch(
+            lock.key.as_str(),
+            Some(WatchOptions::new().with_start_revision(revision.saturating_add(1))),
+        )
+        .await
+        .map_err(request("watch"))?;
+    loop {
+        let message = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            message = watch.message() => message.map_err(request("watch"))?,
+        };
+        let Some(message) = message else {
+            return Ok(());
+        };
+        if message.canceled() {
+            return Ok(());
+        }
+        if message
+            .events()
+            .iter()
+            .any(|e| e.event_type() == EventType::Delete)
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// While leading: keep-alives every retry period; steps down at the renew deadline without
+/// one, or when etcd says the lease is gone. `Ok` when stopped or stepped down.
+async fn lead(
+    lock: &WriterLease,
+    client: &mut Client,
+    lease: i64,
+    tx: &watch::Sender<Leadership>,
+    token: &CancellationToken,
+) -> Result<(), Error> {
+    let mut last_ok = Instant::now();
+    let deadline = lock.renew_deadline();
+    let mut keeper = None;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            () = tokio::time::sleep(lock.retry()) => {}
+        }
+        let attempt = async {
+            if keeper.is_none() {
+                keeper = Some(client.lease_keep_alive(lease).await?);
+            }
+            let (keeper, stream) = keeper.as_mut().expect("just set");
+            keeper.keep_alive().await?;
+            stream.message().await
+        };
+        match tokio::time::timeout(lock.retry(), attempt).await {
+            Ok(Ok(Some(response))) if response.ttl() > 0 => last_ok = Instant::now(),
+            Ok(Ok(Some(_))) => {
+                tracing::warn!(key = %lock.key, "the lease expired in etcd: no longer leading");
+                return Ok(());
+            }
+            Ok(Ok(None) | Err(_)) | Err(_) => keeper = None, // a new stream next time
+        }
+        if last_ok.elapsed() >= deadline {
+            tracing::warn!(key = %lock.key, deadline = ?deadline, "no keep-alive succeeded within the renew deadline: no longer leading");
+            tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
+            return Ok(());
+        }
+    }
+}
