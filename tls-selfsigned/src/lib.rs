@@ -43,6 +43,7 @@ mod config;
 mod dn;
 mod error;
 mod fit;
+pub mod fleet;
 mod generator;
 mod key;
 mod keygen;

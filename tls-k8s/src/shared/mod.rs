@@ -6,14 +6,15 @@
 //!
 //! (Feature `self-signed`.) `SharedSelfSigned`, every replica's source: a `LeaseLock`, a
 //! `SecretSource` to serve from, and a writer that runs only while this replica leads):
-//! `plan.rs` decides, pure, on what is stored and `now` (unit tests step the time by hand): per
-//! Lease round one `fence` (the larger of the round and one past any stored round of another
-//! holder, so a recreated Lease never turns it back); the CA Secret's content (`NAME-ca`: signing
+//! `plan.rs` (the fence) and `tls_selfsigned::fleet` (the rest) decide, pure, on what is stored
+//! and `now` (unit tests step the time by hand): per Lease round one `fence` (the larger of the
+//! round and one past any stored round of another holder, so a recreated Lease never turns it
+//! back); the CA Secret's content (`NAME-ca`: signing
 //! CA, an announced `next` with its `switch-after` time, the `previous` until it expires: kept,
 //! announced, switched, replaced); the TLS Secret's (leaf reused while `SelfSigned::check` passes;
 //! `ca.crt` the signing, next and previous CAs; `renew-after`); whether a write is needed; when to
-//! look again (the earliest due time, or hourly, never sooner than `MIN_RENEWAL_GAP`). `state.rs`
-//! reads and writes the CA Secret's keys and annotations. `sealed.rs` puts a Secret's values
+//! look again (the earliest due time, or hourly, never sooner than `MIN_RENEWAL_GAP`).
+//! `fleet::CaState` reads and writes the CA Secret's keys and annotations. `sealed.rs` puts a Secret's values
 //! through the seal (the CA Secret whole; the TLS Secret's `tls.key` only with `seal_served_key`):
 //! opened as read, noting whether any wants sealing again, and sealed as written. `writer.rs` does
 //! the I/O: reads both Secrets and opens them, asks the plan, writes fenced (sealed), counts
@@ -26,7 +27,6 @@
 
 mod plan;
 mod sealed;
-mod state;
 mod writer;
 
 use std::fmt;
@@ -43,16 +43,16 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "fuzzing")]
-pub(crate) use state::fuzz_ca_state;
+pub(crate) use plan::fuzz_ca_state;
 use writer::Writer;
 
 use crate::SecretSource;
 use crate::store::{FencedSecret, Leadership, LeaseLock};
 
 /// The annotation on the TLS Secret saying when its certificate will be renewed (RFC 3339).
-pub const RENEW_AFTER_ANNOTATION: &str = "tls-rotation.io/renew-after";
+pub const RENEW_AFTER_ANNOTATION: &str = tls_selfsigned::fleet::RENEW_AFTER;
 /// The annotation on the CA Secret saying when leaves switch to the announced CA (RFC 3339).
-pub const SWITCH_AFTER_ANNOTATION: &str = "tls-rotation.io/switch-after";
+pub const SWITCH_AFTER_ANNOTATION: &str = tls_selfsigned::fleet::SWITCH_AFTER;
 
 /// One self-signed certificate shared by every replica, kept in the `kubernetes.io/tls` Secret
 /// `namespace/name`.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use tls_seal::{Location, Seal};
 
-use super::state::Content;
 use crate::fenced::Stored;
+use tls_selfsigned::fleet::Content;
 
 /// Which values of a Secret are sealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

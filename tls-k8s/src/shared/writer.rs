@@ -19,9 +19,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, CaChange, PlanError, StoredCa};
+use tls_selfsigned::fleet::{self, CaChange, CaState, Content, PlanError, StoredCa};
+
+use super::plan;
 use super::sealed::{self, Opened, Sealed};
-use super::state::{CaState, Content};
 use super::{StateAccess, WriterStats};
 use crate::fenced::Stored;
 use crate::store::{Fence, FencedSecret, Leadership, LeaseHandle, Written};
@@ -405,7 +406,7 @@ impl Writer {
             }
             None => (self.generator.clone(), None, None),
         };
-        let leaf = plan::leaf(&generator, tls.as_ref().map(|t| &t.stored), served_ca)?;
+        let leaf = fleet::leaf(&generator, tls.as_ref().map(|t| &t.stored.data), served_ca)?;
         if let Some(unfit) = &leaf.generated {
             self.stats.send_modify(|s| s.generated_leaves += 1);
             self.log_unfit(unfit.as_ref());
@@ -418,7 +419,7 @@ impl Writer {
             leaf.content,
         )
         .await?;
-        Ok(plan::next_check(now, ca_next, leaf.renew_after))
+        Ok(fleet::next_check(now, ca_next, leaf.renew_after))
     }
 
     /// The CA Secret: planned, written, logged. Returns the generator signing with the CA, the
@@ -433,12 +434,17 @@ impl Writer {
     ) -> Result<(SelfSigned, String, SystemTime), Step> {
         let read = match &stored {
             None => StoredCa::Missing,
-            Some(opened) => match CaState::read(&opened.stored, rotation, now) {
+            Some(opened) => match CaState::read(
+                &opened.stored.data,
+                &opened.stored.annotations,
+                rotation,
+                now,
+            ) {
                 Ok(state) => StoredCa::Read(state),
                 Err(reason) => StoredCa::Unreadable(reason),
             },
         };
-        let ca = plan::ca(read, rotation, self.ca_overlap, now)?;
+        let ca = fleet::ca(read, rotation, self.ca_overlap, now)?;
         for change in &ca.changes {
             if change.generated() {
                 self.stats.send_modify(|s| s.generated_cas += 1);

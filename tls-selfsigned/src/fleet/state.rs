@@ -1,15 +1,14 @@
-//! What the shared store keeps in its CA Secret, read and written: the signing CA, the announced
-//! next one (with when leaves switch to it), the previous one (served until it expires).
+//! What a fleet's store keeps for its CA, read and written: the signing CA, the announced next
+//! one (with when leaves switch to it), the previous one (served until it expires).
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use tls_selfsigned::{CaPem, CaRotation};
 use tls_source::clock::Rfc3339;
 use tls_source::x509::LeafInfo;
 
-use super::SWITCH_AFTER_ANNOTATION;
-use crate::fenced::Stored;
+use super::{Annotations, Content, Data, SWITCH_AFTER};
+use crate::{CaPem, CaRotation};
 
 /// Keys of the CA Secret: the signing CA, the announced next one, the one it replaced.
 const CA_CRT: &str = "ca.crt";
@@ -18,22 +17,23 @@ const NEXT_CRT: &str = "next.crt";
 const NEXT_KEY: &str = "next.key";
 const PREVIOUS_CRT: &str = "previous.crt";
 
-/// The CA Secret's content.
+/// The CA's stored state: its values are `ca.crt`, `ca.key` (the signing CA), `next.crt`,
+/// `next.key` (the announced one, switched to after the annotation [`SWITCH_AFTER`]) and
+/// `previous.crt`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CaState {
-    pub(crate) signing: CaPem,
+#[non_exhaustive]
+pub struct CaState {
+    /// The CA that signs leaves now.
+    pub signing: CaPem,
     /// The announced CA and when leaves switch to it.
-    pub(crate) next: Option<(CaPem, SystemTime)>,
+    pub next: Option<(CaPem, SystemTime)>,
     /// The CA certificate the signing one replaced, served until it expires.
-    pub(crate) previous: Option<String>,
+    pub previous: Option<String>,
 }
-
-/// The data and annotations of a Secret, as written.
-pub(crate) type Content = (BTreeMap<String, Vec<u8>>, BTreeMap<String, String>);
 
 impl CaState {
     /// A state with only a signing CA.
-    pub(crate) fn new(signing: CaPem) -> Self {
+    pub fn new(signing: CaPem) -> Self {
         Self {
             signing,
             next: None,
@@ -41,17 +41,20 @@ impl CaState {
         }
     }
 
-    /// The CA Secret as written, each CA loaded as a signing CA (parsable, a CA, its key its
-    /// own), or why it cannot be used. A next CA without its switch time switches at `now`.
-    pub(crate) fn read(
-        stored: &Stored,
+    /// The state as stored (`data` and `annotations`), each CA loaded as a signing CA
+    /// (parsable, a CA, its key its own), or why it cannot be used. A next CA without its
+    /// switch time switches at `now`.
+    ///
+    /// # Errors
+    /// Why the stored state cannot be used (naming the value, never its content).
+    pub fn read(
+        data: &Data,
+        annotations: &Annotations,
         rotation: &CaRotation,
         now: SystemTime,
     ) -> Result<Self, String> {
         let text = |key: &str| -> Result<Option<String>, String> {
-            stored
-                .data
-                .get(key)
+            data.get(key)
                 .map(|b| {
                     String::from_utf8(b.clone()).map_err(|_| format!("{key} is not UTF-8 PEM"))
                 })
@@ -74,9 +77,8 @@ impl CaState {
         let signing =
             pair(CA_CRT, CA_KEY)?.ok_or_else(|| format!("{CA_CRT} and {CA_KEY} are missing"))?;
         let next = pair(NEXT_CRT, NEXT_KEY)?.map(|next| {
-            let at = stored
-                .annotations
-                .get(SWITCH_AFTER_ANNOTATION)
+            let at = annotations
+                .get(SWITCH_AFTER)
                 .and_then(|t| Rfc3339::parse(t))
                 .unwrap_or(now);
             (next, at)
@@ -88,8 +90,8 @@ impl CaState {
         })
     }
 
-    /// The Secret's data and annotations for this state.
-    pub(crate) fn write(&self) -> Content {
+    /// The values and annotations to store for this state.
+    pub fn write(&self) -> Content {
         let mut data = BTreeMap::from([
             (
                 CA_CRT.to_owned(),
@@ -101,7 +103,7 @@ impl CaState {
         if let Some((next, at)) = &self.next {
             data.insert(NEXT_CRT.to_owned(), next.cert_pem.clone().into_bytes());
             data.insert(NEXT_KEY.to_owned(), next.key_pem.clone().into_bytes());
-            annotations.insert(SWITCH_AFTER_ANNOTATION.to_owned(), Rfc3339(*at).to_string());
+            annotations.insert(SWITCH_AFTER.to_owned(), Rfc3339(*at).to_string());
         }
         if let Some(previous) = &self.previous {
             data.insert(PREVIOUS_CRT.to_owned(), previous.clone().into_bytes());
@@ -111,7 +113,7 @@ impl CaState {
 
     /// The `ca.crt` served with every leaf: the signing CA, then the announced and the
     /// previous one.
-    pub(crate) fn served(&self) -> String {
+    pub fn served(&self) -> String {
         let mut served = self.signing.cert_pem.clone();
         for extra in self
             .next
@@ -129,35 +131,9 @@ impl CaState {
 }
 
 /// The first certificate of a PEM text, parsed.
-pub(crate) fn first_certificate(pem: &[u8]) -> Option<LeafInfo> {
+pub fn first_certificate(pem: &[u8]) -> Option<LeafInfo> {
     let chain = tls_source::Decoder::new()
         .certificates("certificate", pem)
         .ok()?;
     LeafInfo::parse(chain.first()?).ok()
-}
-
-/// For the fuzz target: reads a CA Secret's content as the writer does.
-#[cfg(feature = "fuzzing")]
-pub(crate) fn fuzz_ca_state(data: &[(String, Vec<u8>)], switch_after: Option<&str>) {
-    let stored = Stored {
-        fence: None,
-        data: data.iter().cloned().collect(),
-        annotations: switch_after
-            .map(|t| BTreeMap::from([(SWITCH_AFTER_ANNOTATION.to_owned(), t.to_owned())]))
-            .unwrap_or_default(),
-    };
-    static ROTATION: std::sync::OnceLock<CaRotation> = std::sync::OnceLock::new();
-    let rotation = ROTATION.get_or_init(|| {
-        tls_selfsigned::SelfSigned::builder()
-            .dns_name("fuzz")
-            .ca()
-            .build()
-            .expect("a fixed configuration")
-            .ca_rotation()
-            .expect("CA mode")
-    });
-    if let Ok(state) = CaState::read(&stored, rotation, SystemTime::UNIX_EPOCH) {
-        let _ = state.served();
-        let _ = state.write();
-    }
 }
