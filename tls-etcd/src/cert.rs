@@ -2,13 +2,16 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
-use tls_source::{CertBundle, Decoder, Digest};
+use tls_seal::Seal;
+use tls_source::{CertBundle, Digest};
 
 use crate::connect::Etcd;
+use crate::value::Reader;
 use crate::watch::{Event, Range, Watch};
 use crate::{Error, value};
 
@@ -44,29 +47,73 @@ pub struct EtcdCertSource {
     inner: BoxStream<'static, Result<CertBundle, tls_source::Error>>,
 }
 
-impl EtcdCertSource {
-    /// The certificate at `key` (the whole etcd key, e.g. `/tls-rotation/certs/web`), with
-    /// values up to 1 MiB.
-    pub fn new(etcd: Etcd, key: impl Into<String>) -> Self {
-        Self::with_decoder(etcd, key, Decoder::new())
+/// Configures an [`EtcdCertSource`]; made by [`EtcdCertSource::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct EtcdCertSourceBuilder {
+    etcd: Etcd,
+    key: String,
+    reader: Reader,
+}
+
+impl fmt::Debug for EtcdCertSourceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdCertSourceBuilder")
+            .field("key", &self.key)
+            .field("seal", &self.reader.seal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdCertSourceBuilder {
+    /// The largest value accepted, in bytes (default 1 MiB): the whole JSON value.
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.reader.decoder = self.reader.decoder.max_size(bytes);
+        self
     }
 
-    /// [`new`](Self::new) with a decoder of the caller's (its size limit applies to the whole
-    /// value).
-    pub fn with_decoder(etcd: Etcd, key: impl Into<String>, decoder: Decoder) -> Self {
-        let key = key.into();
+    /// Opens a sealed private key (`"tls.key.sealed"`, as a fleet on etcd writes it with a
+    /// seal key) with `seal`. A key that does not open (sealed with a key not in the ring,
+    /// altered, or copied from another etcd key) is reported and the last good certificate
+    /// keeps serving. The seal's key files are re-read at each change of the value.
+    pub fn seal(mut self, seal: Arc<dyn Seal>) -> Self {
+        self.reader.seal = Some(seal);
+        self
+    }
+
+    /// Builds the source. Nothing is requested until the stream is first polled.
+    pub fn build(self) -> EtcdCertSource {
         let mut state = State {
-            key: key.clone(),
-            decoder,
+            key: self.key.clone(),
+            reader: self.reader,
             last: None,
             present: None,
             listed: false,
         };
-        let inner = Watch::new(etcd, Range::Key(key.clone()))
+        let inner = Watch::new(self.etcd, Range::Key(self.key.clone()))
             .into_stream()
             .filter_map(move |event| futures::future::ready(state.event(event)))
             .boxed();
-        Self { key, inner }
+        EtcdCertSource {
+            key: self.key,
+            inner,
+        }
+    }
+}
+
+impl EtcdCertSource {
+    /// The certificate at `key` (the whole etcd key, e.g. `/tls-rotation/certs/web`), with
+    /// values up to 1 MiB.
+    pub fn new(etcd: Etcd, key: impl Into<String>) -> Self {
+        Self::builder(etcd, key).build()
+    }
+
+    /// Starts configuring a source for the certificate at `key`.
+    pub fn builder(etcd: Etcd, key: impl Into<String>) -> EtcdCertSourceBuilder {
+        EtcdCertSourceBuilder {
+            etcd,
+            key: key.into(),
+            reader: Reader::default(),
+        }
     }
 
     /// The etcd key watched.
@@ -95,7 +142,7 @@ type Item = Result<CertBundle, tls_source::Error>;
 
 struct State {
     key: String,
-    decoder: Decoder,
+    reader: value::Reader,
     /// The digest of the value last passed on; `None` after any error, so that the same value
     /// afterwards is passed on again.
     last: Option<Digest>,
@@ -119,7 +166,7 @@ impl State {
             } if key == self.key => {
                 self.listed = true;
                 self.present = Some(true);
-                let (digest, item) = value::read(&self.key, &value, revision, &self.decoder);
+                let (digest, item) = value::read(&self.key, &value, revision, &self.reader);
                 if self.last == Some(digest) {
                     return None; // the same bytes put again
                 }

@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt as _};
 use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
 
 use crate::connect::Etcd;
-use crate::value;
+use crate::value::{self, Reader};
 use crate::watch::{Event, Range, Watch};
 
 /// A [`KeyedCertSource`](tls_source::KeyedCertSource) of every certificate under an etcd
@@ -50,16 +50,18 @@ pub struct EtcdCertsSource {
 impl EtcdCertsSource {
     /// Every certificate under `prefix` (e.g. `/tls-rotation/certs/`), with values up to 1 MiB.
     pub fn new(etcd: Etcd, prefix: impl Into<String>) -> Self {
-        Self::with_decoder(etcd, prefix, Decoder::new())
+        Self::with_max_size(etcd, prefix, tls_source::DEFAULT_MAX_SIZE)
     }
 
-    /// [`new`](Self::new) with a decoder of the caller's (its size limit applies to each whole
-    /// value).
-    pub fn with_decoder(etcd: Etcd, prefix: impl Into<String>, decoder: Decoder) -> Self {
+    /// [`new`](Self::new) accepting values up to `bytes` (each whole JSON value).
+    pub fn with_max_size(etcd: Etcd, prefix: impl Into<String>, bytes: u64) -> Self {
         let prefix = prefix.into();
         let mut state = State {
             prefix: prefix.clone(),
-            decoder,
+            reader: Reader {
+                decoder: Decoder::new().max_size(bytes),
+                seal: None,
+            },
             known: HashMap::new(),
             listed: HashSet::new(),
         };
@@ -96,7 +98,7 @@ type Item = Result<Keyed, tls_source::Error>;
 
 struct State {
     prefix: String,
-    decoder: Decoder,
+    reader: Reader,
     /// Every key passed on, with the digest of the value last passed on for it.
     known: HashMap<String, Digest>,
     /// The keys seen by the (re)list under way.
@@ -119,7 +121,7 @@ impl State {
                     return Vec::new();
                 };
                 self.listed.insert(name.clone());
-                let (digest, read) = value::read(&key, &value, revision, &self.decoder);
+                let (digest, read) = value::read(&key, &value, revision, &self.reader);
                 if self.known.insert(name.clone(), digest) == Some(digest) {
                     return Vec::new(); // the same bytes put again
                 }

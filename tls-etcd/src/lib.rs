@@ -10,7 +10,9 @@
 //!   next), TLS on the caller's rustls config (a rotating client certificate from
 //!   `tls_reload::ClientTls`), a user and password.
 //! - [`store`]: for a fleet's shared state, one writer elected on an etcd lease and writes
-//!   fenced by its round.
+//!   fenced by its round; on it, `SharedSelfSigned` (feature `self-signed`): one self-signed
+//!   certificate (and CA) for every replica, made once by the writer, its keys sealed with a
+//!   seal key.
 //!
 //! # The value
 //! A JSON object shaped like a `kubernetes.io/tls` Secret's data, with PEM text in each field,
@@ -54,14 +56,18 @@ mod cert;
 mod certs;
 mod connect;
 mod error;
+#[cfg(feature = "self-signed")]
+mod shared;
 pub mod store;
 mod value;
 mod watch;
 
-pub use cert::EtcdCertSource;
+pub use cert::{EtcdCertSource, EtcdCertSourceBuilder};
 pub use certs::EtcdCertsSource;
 pub use connect::{Etcd, EtcdBuilder};
 pub use error::Error;
 /// The etcd client this crate is built on ([`Etcd::connect`] returns its `Client`).
 pub use etcd_client;
-pub use value::{CA_CRT, TLS_CRT, TLS_KEY, value};
+#[cfg(feature = "self-signed")]
+pub use shared::{SharedSelfSigned, SharedSource, StateAccess, WriterStats};
+pub use value::{CA_CRT, SEALED_SUFFIX, TLS_CRT, TLS_KEY, sealed_location, value};

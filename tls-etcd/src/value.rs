@@ -5,8 +5,15 @@
 //! {"tls.crt": "-----BEGIN CERTIFICATE-----\n...", "tls.key": "-----BEGIN PRIVATE KEY-----\n...", "ca.crt": "..."}
 //! ```
 //!
-//! `ca.crt` is optional; other fields are ignored.
+//! `ca.crt` is optional; other fields are ignored. A value whose key is sealed at rest
+//! (`tls_seal`, as a fleet on etcd writes it with a seal key) holds `"tls.key.sealed"`, the
+//! envelope in base64, in place of `"tls.key"`; it opens only at this etcd key
+//! ([`sealed_location`]).
 
+use std::sync::Arc;
+
+use base64::Engine as _;
+use tls_seal::{Location, Seal};
 use tls_source::{CertBundle, Decoder, Digest, Origin};
 
 use crate::Error;
@@ -17,23 +24,39 @@ pub const TLS_CRT: &str = "tls.crt";
 pub const TLS_KEY: &str = "tls.key";
 /// The field of the CA bundle (optional).
 pub const CA_CRT: &str = "ca.crt";
+/// What a field's name ends with when it holds a sealed value (the envelope, base64).
+pub const SEALED_SUFFIX: &str = ".sealed";
+
+/// Where the field `field` of the value at the etcd key `key` is sealed: the place its
+/// envelope is bound to (`KEY#FIELD`).
+pub fn sealed_location(key: &str, field: &str) -> String {
+    format!("{key}#{field}")
+}
 
 /// What a value read gives: a digest of the raw bytes (to pass an unchanged value on once) and
 /// the bundle, or why there is none.
 pub(crate) type Read = (Digest, Result<CertBundle, tls_source::Error>);
 
+/// How values are read: the decoder's limits, and the seal that opens a sealed `tls.key`.
+#[derive(Clone, Default)]
+pub(crate) struct Reader {
+    pub(crate) decoder: Decoder,
+    pub(crate) seal: Option<Arc<dyn Seal>>,
+}
+
 /// Reads the value of `key`, stored at `revision` (its `mod_revision`).
-pub(crate) fn read(key: &str, value: &[u8], revision: i64, decoder: &Decoder) -> Read {
+pub(crate) fn read(key: &str, value: &[u8], revision: i64, reader: &Reader) -> Read {
     let digest = Digest::of(value);
-    (digest, bundle(key, value, revision, decoder))
+    (digest, bundle(key, value, revision, reader))
 }
 
 fn bundle(
     key: &str,
     value: &[u8],
     revision: i64,
-    decoder: &Decoder,
+    reader: &Reader,
 ) -> Result<CertBundle, tls_source::Error> {
+    let decoder = &reader.decoder;
     let origin = || format!("etcd {key}");
     let bad = |reason: String| {
         tls_source::Error::source(
@@ -64,6 +87,31 @@ fn bundle(
         }
     };
     let (cert, tls_key, ca) = (field(TLS_CRT)?, field(TLS_KEY)?, field(CA_CRT)?);
+    let sealed_field = format!("{TLS_KEY}{SEALED_SUFFIX}");
+    let opened;
+    let tls_key = match (tls_key, field(&sealed_field)?) {
+        (Some(key), _) => Some(key),
+        (None, None) => None,
+        (None, Some(sealed)) => {
+            let Some(seal) = &reader.seal else {
+                return Err(bad(format!(
+                    "\"{TLS_KEY}\" is sealed (\"{sealed_field}\"): the source needs the seal key"
+                )));
+            };
+            let envelope = base64::engine::general_purpose::STANDARD
+                .decode(sealed)
+                .map_err(|_| bad(format!("\"{sealed_field}\" is not base64")))?;
+            seal.reload();
+            let at = sealed_location(key, TLS_KEY);
+            let plaintext = seal
+                .open(Location::etcd(&at), &envelope)
+                .map_err(|err| tls_source::Error::source(origin(), err))?
+                .into_plaintext();
+            opened = String::from_utf8(plaintext)
+                .map_err(|_| bad(format!("the opened \"{TLS_KEY}\" is not PEM text")))?;
+            Some(opened.as_str())
+        }
+    };
     let missing: Vec<&str> = [(TLS_CRT, cert), (TLS_KEY, tls_key)]
         .into_iter()
         .filter(|(_, v)| v.is_none())
@@ -121,7 +169,7 @@ mod tests {
             "/p/certs/a",
             value(&cert, &key, None).as_bytes(),
             7,
-            &Decoder::new(),
+            &Reader::default(),
         );
         let bundle = read.unwrap();
         assert_eq!(bundle.chain().len(), 1);
@@ -149,7 +197,7 @@ mod tests {
             ),
         ];
         for (value, expected) in cases {
-            let (_, read) = read("/p/certs/a", value.as_bytes(), 1, &Decoder::new());
+            let (_, read) = read("/p/certs/a", value.as_bytes(), 1, &Reader::default());
             let message = format!("{:#}", anyhow_chain(&read.unwrap_err()));
             assert!(message.contains("/p/certs/a"), "{message}");
             assert!(message.contains(expected), "{expected:?} in {message}");
@@ -160,7 +208,7 @@ mod tests {
     #[test]
     fn an_oversized_value_is_refused_before_it_is_parsed() {
         let big = vec![b' '; 2 << 20];
-        let (_, read) = read("/p/certs/a", &big, 1, &Decoder::new());
+        let (_, read) = read("/p/certs/a", &big, 1, &Reader::default());
         assert!(
             read.unwrap_err()
                 .to_string()
@@ -173,19 +221,16 @@ mod tests {
         let (cert, key, leaf) = pair();
         let a = value(&cert, &key, None);
         let b = value(&cert, &key, Some(&leaf.ca_pem));
-        let decoder = Decoder::new();
+        let reader = Reader::default();
         assert_eq!(
-            read("k", a.as_bytes(), 1, &decoder).0,
-            read("k", a.as_bytes(), 2, &decoder).0
+            read("k", a.as_bytes(), 1, &reader).0,
+            read("k", a.as_bytes(), 2, &reader).0
         );
         assert_ne!(
-            read("k", a.as_bytes(), 1, &decoder).0,
-            read("k", b.as_bytes(), 1, &decoder).0
+            read("k", a.as_bytes(), 1, &reader).0,
+            read("k", b.as_bytes(), 1, &reader).0
         );
-        assert_eq!(
-            read("k", b.as_bytes(), 1, &decoder).1.unwrap().ca().len(),
-            1
-        );
+        assert_eq!(read("k", b.as_bytes(), 1, &reader).1.unwrap().ca().len(), 1);
     }
 
     fn anyhow_chain(err: &dyn std::error::Error) -> String {

@@ -20,7 +20,11 @@ pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// Who writes, as this replica last saw it: the fence its writes carry.
+///
+/// With the `serde` feature it serializes as `serve`'s status JSON shows it (as a Kubernetes
+/// fleet's): `{"holder": "web-0" | null, "round": 3, "leading": true}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Leadership {
     /// The holder's identity, if any.
@@ -73,6 +77,7 @@ pub struct WriterLease {
     ttl: Duration,
     retry_period: Duration,
     release_on_cancel: bool,
+    candidate: Option<watch::Receiver<bool>>,
 }
 
 impl fmt::Debug for WriterLease {
@@ -107,7 +112,17 @@ impl WriterLease {
             ttl: DEFAULT_TTL,
             retry_period: DEFAULT_RETRY_PERIOD,
             release_on_cancel: true,
+            candidate: None,
         }
+    }
+
+    /// Campaigns only while `candidate` holds `true`: while it is `false` this replica never
+    /// takes the key, and a holder that sees it turn `false` steps down at once and revokes its
+    /// lease, so another replica leads within a retry period. For a replica that could not do
+    /// a writer's work (state it cannot open). Default: always a candidate.
+    pub fn candidate(mut self, candidate: watch::Receiver<bool>) -> Self {
+        self.candidate = Some(candidate);
+        self
     }
 
     /// The lease's time to live, in whole seconds (at least 2 s; etcd's own minimum may be
@@ -181,8 +196,14 @@ impl LeaseHandle {
     }
 }
 
-async fn run(lock: WriterLease, tx: watch::Sender<Leadership>, token: CancellationToken) {
+async fn run(mut lock: WriterLease, tx: watch::Sender<Leadership>, token: CancellationToken) {
     while !token.is_cancelled() {
+        if let Some(candidate) = &mut lock.candidate {
+            tokio::select! {
+                () = token.cancelled() => break,
+                ready = candidate.wait_for(|c| *c) => if ready.is_err() { break },
+            }
+        }
         // Not raced against the token: a holder told to stop revokes its lease on the way out.
         if let Err(err) = round(&lock, &tx, &token).await {
             tracing::debug!(key = %lock.key, error = %err, "etcd election: retrying");
@@ -307,9 +328,22 @@ async fn lead(
     let mut last_ok = Instant::now();
     let deadline = lock.renew_deadline();
     let mut keeper = None;
+    let mut candidate = lock.candidate.clone();
     loop {
+        let no_longer = async {
+            match &mut candidate {
+                Some(candidate) => {
+                    let _ = candidate.wait_for(|c| !*c).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = token.cancelled() => return Ok(()),
+            () = no_longer => {
+                tracing::info!(key = %lock.key, "no longer a candidate: stepping down");
+                return Ok(());
+            }
             () = tokio::time::sleep(lock.retry()) => {}
         }
         let attempt = async {
