@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs, Tickets};
-use crate::status::{AppState, Sealing, status_json};
+use crate::status::{Access, AppState, Leader, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party crates only at error
 /// (kube's client logs a response body it cannot parse at warn; notify logs at info and warn
@@ -110,7 +110,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .and_then(tls_rotation::acme::Acme::leadership)
     {
         Some(acme_leader) => (
-            Some(acme_leader),
+            Some(Leader::K8s(acme_leader)),
             acme.as_deref()
                 .map(|a| -> futures::future::BoxFuture<'static, ()> { Box::pin(a.released()) }),
         ),
@@ -123,7 +123,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .routes(acme.source().context("the ACME source")?)
             .handshake_hook(acme.challenges());
     }
-    if let Some(tickets) = session_tickets(&args, leader.clone(), &shutdown).await? {
+    let lease = match &leader {
+        Some(Leader::K8s(lease)) => Some(lease.clone()),
+        _ => None,
+    };
+    if let Some(tickets) = session_tickets(&args, lease, &shutdown).await? {
         builder = builder.session_tickets(tickets);
     }
     let reloader = builder.spawn(source)?;
@@ -215,10 +219,10 @@ async fn ready(reloader: &Reloader, timeout: Duration, fail_fast: bool) -> anyho
 /// `--k8s-shared`, the fleet's side.
 type Chosen = (BoxCertSource, Option<Trigger>, Option<Fleet>);
 
-/// With `--k8s-shared`: the leadership, the end of the writer (its Lease released), and the
-/// seal with whether this replica can open the stored state.
+/// With `--k8s-shared` or `--etcd-shared`: the leadership, the end of the writer (its Lease or
+/// writer key released), and the seal with whether this replica can open the stored state.
 struct Fleet {
-    leader: watch::Receiver<tls_rotation::k8s::Leadership>,
+    leader: Leader,
     released: futures::future::BoxFuture<'static, ()>,
     seal: Sealing,
 }
@@ -275,11 +279,11 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
             }
             let shared = shared.start(&CancellationToken::new());
             let fleet = Fleet {
-                leader: shared.leadership(),
+                leader: Leader::K8s(shared.leadership()),
                 released: Box::pin(shared.stopped()),
                 seal: Sealing {
                     seal: ring,
-                    access: shared.access(),
+                    access: Access::K8s(shared.access()),
                 },
             };
             Ok((shared.boxed_source(), None, Some(fleet)))
@@ -301,6 +305,38 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
                 source = source.seal(ring);
             }
             Ok((source.build().boxed_source(), None, None))
+        }
+        Certs::EtcdShared {
+            prefix,
+            name,
+            identity,
+            ttl,
+            options,
+        } => {
+            let etcd = etcd(args, shutdown).await?;
+            let retry = (*ttl / 3).min(Duration::from_secs(2));
+            let mut shared = tls_rotation::etcd::SharedSelfSigned::new(
+                etcd,
+                prefix,
+                name,
+                identity,
+                generator(options)?,
+            )
+            .lease_timing(*ttl, retry);
+            let ring = seal(&args.seal)?;
+            if let Some(ring) = &ring {
+                shared = shared.seal(ring.clone());
+            }
+            let shared = shared.start(&CancellationToken::new());
+            let fleet = Fleet {
+                leader: Leader::Etcd(shared.leadership()),
+                released: Box::pin(shared.stopped()),
+                seal: Sealing {
+                    seal: ring,
+                    access: Access::Etcd(shared.access()),
+                },
+            };
+            Ok((shared.boxed_source(), None, Some(fleet)))
         }
         Certs::Etcd { key } => {
             let source = tls_rotation::etcd::EtcdCertSource::new(etcd(args, shutdown).await?, key);

@@ -1,21 +1,56 @@
 //! `GET /`: the reloader's status as JSON (tls-reload's `Serialize` for `Status`, feature
 //! `serde`), with what is per request (the client certificate of the connection) or comes from
-//! the fleet (`leader` and `seal`, with `--k8s-shared`) or the ACME client (`acme`).
+//! the fleet (`leader` and `seal`, with `--k8s-shared` or `--etcd-shared`) or the ACME client (`acme`).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
 use tls_rotation::Status;
-use tls_rotation::k8s::StateAccess;
 use tls_rotation::k8s::seal::Seal;
 use tokio::sync::watch;
+
+/// Who writes a fleet's state (`--k8s-shared`: the Lease; `--etcd-shared`: the writer key), as
+/// the status shows it under `leader`: `{"holder", "round", "leading"}` either way.
+#[derive(Clone)]
+pub(crate) enum Leader {
+    K8s(watch::Receiver<tls_rotation::k8s::Leadership>),
+    Etcd(watch::Receiver<tls_rotation::etcd::store::Leadership>),
+}
+
+impl Leader {
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Self::K8s(rx) => serde_json::to_value(&*rx.borrow()),
+            Self::Etcd(rx) => serde_json::to_value(&*rx.borrow()),
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// Whether this replica can open the fleet's sealed state, as the status shows it under `seal`
+/// (`state` and `reason`).
+#[derive(Clone)]
+pub(crate) enum Access {
+    K8s(watch::Receiver<tls_rotation::k8s::StateAccess>),
+    Etcd(watch::Receiver<tls_rotation::etcd::StateAccess>),
+}
+
+impl Access {
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Self::K8s(rx) => serde_json::to_value(&*rx.borrow()),
+            Self::Etcd(rx) => serde_json::to_value(&*rx.borrow()),
+        }
+        .unwrap_or_default()
+    }
+}
 
 /// What the status page reads: the reloader's status, and with `--k8s-shared` the leadership.
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) status: watch::Receiver<Status>,
-    pub(crate) leader: Option<watch::Receiver<tls_rotation::k8s::Leadership>>,
+    pub(crate) leader: Option<Leader>,
     pub(crate) sealing: Option<Sealing>,
     /// With `--acme-directory`: each name's state.
     pub(crate) acme: Option<watch::Receiver<tls_rotation::acme::AcmeStatus>>,
@@ -23,12 +58,12 @@ pub(crate) struct AppState {
     pub(crate) tickets: Option<tls_rotation::Reloader>,
 }
 
-/// With `--k8s-shared`: the `--seal-key` ring (none: state stored unsealed), and whether this
-/// replica can open what is stored.
+/// With `--k8s-shared` or `--etcd-shared`: the `--seal-key` ring (none: state stored unsealed),
+/// and whether this replica can open what is stored.
 #[derive(Clone)]
 pub(crate) struct Sealing {
     pub(crate) seal: Option<Arc<dyn Seal>>,
-    pub(crate) access: watch::Receiver<StateAccess>,
+    pub(crate) access: Access,
 }
 
 pub(crate) async fn status_json(
@@ -52,7 +87,7 @@ pub(crate) async fn status_json(
         }
     }
     if let Some(leader) = &state.leader {
-        json["leader"] = serde_json::to_value(&*leader.borrow()).unwrap_or_default();
+        json["leader"] = leader.json();
     }
     if let Some(sealing) = &state.sealing {
         let key_ids: Vec<String> = sealing
@@ -62,7 +97,7 @@ pub(crate) async fn status_json(
             .map(|id| id.to_string())
             .collect();
         // `state` and `reason`, as tls-k8s serializes them.
-        let mut seal = serde_json::to_value(&*sealing.access.borrow()).unwrap_or_default();
+        let mut seal = sealing.access.json();
         seal["key_ids"] = key_ids.into();
         json["seal"] = seal;
     }

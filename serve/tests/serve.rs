@@ -2214,3 +2214,280 @@ async fn etcd_over_tls_with_a_client_certificate_from_files() {
     serve.signal("-TERM");
     assert_eq!(serve.exit_code().await, Some(0));
 }
+
+/// Three `serve --etcd-shared` replicas with a 3 s writer lease, self-signed with a CA.
+async fn etcd_fleet(cluster: &tls_test::EtcdCluster, prefix: &str, extra: &[&str]) -> Vec<Serve> {
+    let endpoints = cluster.endpoints().join(",");
+    let mut replicas = Vec::new();
+    for id in ["web-0", "web-1", "web-2"] {
+        let mut args = vec![
+            "--etcd",
+            &endpoints,
+            "--etcd-prefix",
+            prefix,
+            "--etcd-shared",
+            "web",
+            "--identity",
+            id,
+            "--etcd-lease-ttl",
+            "3s",
+            "--self-signed-ca",
+        ];
+        args.extend_from_slice(extra);
+        replicas.push(start(&args).await);
+    }
+    replicas
+}
+
+/// Waits until the live replicas (`None`: stopped or killed) serve one leaf and name one
+/// holder, exactly one of them leading; returns the statuses (in the replicas' order).
+async fn etcd_fleet_agrees(replicas: &[Option<Serve>]) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut statuses = Vec::new();
+        for serve in replicas.iter().flatten() {
+            statuses.push(serve.status().await);
+        }
+        let agreed = statuses.iter().all(|s| {
+            s["fingerprint_sha256"] == statuses[0]["fingerprint_sha256"]
+                && s["leader"]["holder"] == statuses[0]["leader"]["holder"]
+                && s["leader"]["round"] == statuses[0]["leader"]["round"]
+        });
+        let leading = statuses
+            .iter()
+            .filter(|s| s["leader"]["leading"] == true)
+            .count();
+        if agreed && leading == 1 {
+            let mut all = statuses.into_iter();
+            return replicas
+                .iter()
+                .map(|r| {
+                    r.as_ref()
+                        .map_or(serde_json::Value::Null, |_| all.next().unwrap())
+                })
+                .collect();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replicas did not agree: {statuses:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn leading(statuses: &[serde_json::Value]) -> usize {
+    statuses
+        .iter()
+        .position(|s| s["leader"]["leading"] == true)
+        .expect("a leader")
+}
+
+/// Handshakes with every address (those of replicas meant to be up), one after another until
+/// `stop`, counting failures.
+fn etcd_fleet_load(
+    addrs: Arc<std::sync::Mutex<Vec<SocketAddr>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(u64, u64)> {
+    use std::sync::atomic::Ordering;
+    tokio::spawn(async move {
+        let (mut ok, mut failed) = (0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            let now = addrs.lock().unwrap().clone();
+            for addr in &now {
+                match tls_test::served_as(*addr, "localhost").await {
+                    Ok(_) => ok += 1,
+                    Err(err) => {
+                        eprintln!("handshake with {addr} failed: {err}");
+                        failed += 1;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (ok, failed)
+    })
+}
+
+/// The writer killed, the next one paused past its lease and resumed, every replica restarted:
+/// one CA and one leaf throughout, none generated again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
+async fn etcd_shared_keeps_one_leaf_through_a_killed_and_a_paused_writer_and_a_restart_of_all() {
+    let Some(cluster) = tls_test::EtcdCluster::shared() else {
+        return;
+    };
+    let prefix = cluster.prefix("serve-fleet");
+    let mut replicas: Vec<Option<Serve>> = etcd_fleet(cluster, &prefix, &[])
+        .await
+        .into_iter()
+        .map(Some)
+        .collect();
+    let statuses = etcd_fleet_agrees(&replicas).await;
+    let (leaf, ca) = (
+        statuses[0]["fingerprint_sha256"].clone(),
+        statuses[0]["ca_fingerprints_sha256"].clone(),
+    );
+    assert_eq!(ca.as_array().unwrap().len(), 1);
+    assert!(
+        statuses[0]["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("etcd {prefix}fleets/web/tls at revision ")),
+        "{}",
+        statuses[0]["origin"]
+    );
+
+    // SIGKILL of the writer: another leads within the lease TTL (3 s) and one retry (1 s).
+    let first = leading(&statuses);
+    let round = statuses[first]["leader"]["round"].as_u64().unwrap();
+    replicas[first].take().unwrap().signal("-KILL");
+    let killed = tokio::time::Instant::now();
+    let statuses = etcd_fleet_agrees(&replicas).await;
+    let failover = killed.elapsed();
+    let second = leading(&statuses);
+    assert!(statuses[second]["leader"]["round"].as_u64().unwrap() > round);
+    assert!(
+        failover < Duration::from_secs(3 + 1 + 1),
+        "failover took {failover:?}"
+    );
+    for status in statuses.iter().filter(|s| !s.is_null()) {
+        assert_eq!(status["fingerprint_sha256"], leaf, "nothing generated");
+        assert_eq!(status["ca_fingerprints_sha256"], ca);
+    }
+
+    // SIGSTOP of the new writer past its lease, then SIGCONT: the last replica leads; the one
+    // resumed follows, and the fleet still serves the one leaf.
+    let paused = replicas[second].as_ref().unwrap();
+    paused.signal("-STOP");
+    let other = (0..3).find(|i| *i != first && *i != second).unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while replicas[other].as_ref().unwrap().status().await["leader"]["leading"] != true {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no writer after the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    paused.signal("-CONT");
+    let statuses = etcd_fleet_agrees(&replicas).await;
+    assert_eq!(leading(&statuses), other);
+    assert_eq!(statuses[second]["leader"]["leading"], false);
+    for status in statuses.iter().filter(|s| !s.is_null()) {
+        assert_eq!(status["fingerprint_sha256"], leaf);
+        assert_eq!(status["ca_fingerprints_sha256"], ca);
+    }
+
+    // Every replica restarted at once: the same leaf and CA.
+    for serve in replicas.into_iter().flatten() {
+        serve.signal("-TERM");
+        assert_eq!(serve.exit_code().await, Some(0));
+    }
+    let replicas: Vec<Option<Serve>> = etcd_fleet(cluster, &prefix, &[])
+        .await
+        .into_iter()
+        .map(Some)
+        .collect();
+    for status in etcd_fleet_agrees(&replicas).await {
+        assert_eq!(
+            status["fingerprint_sha256"], leaf,
+            "a restart generates nothing"
+        );
+        assert_eq!(status["ca_fingerprints_sha256"], ca);
+    }
+}
+
+/// etcd's own faults under a `serve --etcd-shared --seal-key` fleet: its leader member
+/// killed, then two of three members down (no quorum). No handshake fails; without a quorum
+/// nobody writes; all recover by themselves. No private key is readable in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
+async fn etcd_shared_rides_out_etcds_leader_killed_and_a_lost_quorum() {
+    let Some(cluster) = tls_test::EtcdCluster::builder().start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(&dir.path().join("seal.key"));
+    let key = key.to_str().unwrap();
+    let mut replicas: Vec<Option<Serve>> =
+        etcd_fleet(&cluster, "/tls-rotation/", &["--seal-key", key])
+            .await
+            .into_iter()
+            .map(Some)
+            .collect();
+    let statuses = etcd_fleet_agrees(&replicas).await;
+    let leaf = statuses[0]["fingerprint_sha256"].clone();
+    assert_eq!(statuses[0]["seal"]["state"], "open");
+    let stored = cluster.etcdctl(&["get", "--prefix", "/tls-rotation/"]);
+    assert!(
+        !stored.contains("PRIVATE KEY"),
+        "a private key readable in etcd:\n{stored}"
+    );
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addrs = Arc::new(std::sync::Mutex::new(
+        replicas
+            .iter()
+            .flatten()
+            .map(|s| s.addr)
+            .collect::<Vec<_>>(),
+    ));
+    let load = etcd_fleet_load(addrs.clone(), stop.clone());
+
+    // etcd's leader member killed: a new etcd leader; the fleet writes again (a new writer
+    // takes the key once the serve writer is killed too).
+    let member = cluster.leader();
+    cluster.kill(member);
+    cluster.wait_healthy();
+    let writer = leading(&statuses);
+    let round = statuses[writer]["leader"]["round"].as_u64().unwrap();
+    let killed = replicas[writer].take().unwrap();
+    addrs.lock().unwrap().retain(|a| *a != killed.addr);
+    killed.signal("-KILL");
+    let statuses = etcd_fleet_agrees(&replicas).await;
+    let writer = leading(&statuses);
+    assert!(
+        statuses[writer]["leader"]["round"].as_u64().unwrap() > round,
+        "a new round written"
+    );
+    cluster.restart(member);
+
+    // Two of three members down: no quorum, nobody writes, everybody serves.
+    let down: Vec<usize> = (0..3).filter(|m| *m != cluster.leader()).collect();
+    for m in &down {
+        cluster.kill(*m);
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut leading = 0;
+        for serve in replicas.iter().flatten() {
+            let status = serve.status().await;
+            assert_eq!(status["fingerprint_sha256"], leaf);
+            leading += usize::from(status["leader"]["leading"] == true);
+        }
+        if leading == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a writer without a quorum"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // One member back: a quorum, a writer again, the same leaf.
+    cluster.restart(down[0]);
+    let statuses = etcd_fleet_agrees(&replicas).await;
+    for status in statuses.iter().filter(|s| !s.is_null()) {
+        assert_eq!(status["fingerprint_sha256"], leaf, "nothing generated");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.await.unwrap();
+    assert!(ok > 10);
+    assert_eq!(failed, 0, "no handshake failed ({ok} succeeded)");
+    cluster.restart(down[1]);
+}

@@ -37,8 +37,31 @@ impl Cli {
             || self.key.is_some()
             || self.ca.is_some()
             || self.cert_dir.is_some();
-        if self.k8s_shared.is_none() && (self.lease.is_some() || self.identity.is_some()) {
-            return Err("--lease and --identity go with --k8s-shared".into());
+        if self.k8s_shared.is_none() && self.lease.is_some() {
+            return Err("--lease goes with --k8s-shared".into());
+        }
+        if self.k8s_shared.is_none() && self.etcd_shared.is_none() && self.identity.is_some() {
+            return Err("--identity goes with --k8s-shared or --etcd-shared".into());
+        }
+        if self.etcd_shared.is_none() && self.etcd_lease_ttl.is_some() {
+            return Err("--etcd-lease-ttl goes with --etcd-shared".into());
+        }
+        if let Some(name) = &self.etcd_shared {
+            if self.etcd.is_none() {
+                return Err("--etcd-shared goes with --etcd ENDPOINTS".into());
+            }
+            if name.is_empty() || name.contains('/') {
+                return Err(format!("--etcd-shared {name:?}: expected a NAME (no '/')"));
+            }
+            if self.k8s_shared.is_some() || self.k8s_secret.is_some() || etcd_cert.is_some() {
+                return Err("--etcd-shared cannot be combined with --k8s-shared, --k8s-secret or --etcd-cert".into());
+            }
+            if self.acme_directory.is_some() {
+                return Err("--etcd-shared with --acme-directory is not built yet: the ACME state of a fleet is kept in Kubernetes only (--k8s-shared), or in --acme-state DIR for one replica".into());
+            }
+            if self.seal_served_key {
+                return Err("--seal-served-key goes with --k8s-shared: with --etcd-shared and --seal-key every private key is sealed".into());
+            }
         }
         if self.client_ca.is_none() && self.ca_overlap.is_some_and(|d| !d.is_zero()) {
             return Err("--ca-overlap goes with --client-ca".into());
@@ -56,17 +79,23 @@ impl Cli {
                 "--etcd-cert cannot be combined with --k8s-shared or --acme-directory".into(),
             );
         }
-        if !seal.keys.is_empty() && self.k8s_shared.is_none() && self.k8s_secret.is_none() {
+        if !seal.keys.is_empty()
+            && self.k8s_shared.is_none()
+            && self.k8s_secret.is_none()
+            && self.etcd_shared.is_none()
+        {
             return Err(
-                "--seal-key goes with --k8s-shared (or --k8s-secret, to open a sealed tls.key)"
+                "--seal-key goes with --k8s-shared or --etcd-shared (or --k8s-secret, to open a sealed tls.key)"
                     .into(),
             );
         }
         if seal.served_key && self.k8s_shared.is_none() {
             return Err("--seal-served-key goes with --k8s-shared".into());
         }
-        let from_api =
-            self.k8s_shared.is_some() || self.k8s_secret.is_some() || etcd_cert.is_some();
+        let from_api = self.k8s_shared.is_some()
+            || self.k8s_secret.is_some()
+            || etcd_cert.is_some()
+            || self.etcd_shared.is_some();
         if from_api && self.client_ca.is_some() {
             return Err(
                 "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
@@ -150,6 +179,25 @@ impl Cli {
                 return Err("--k8s-secret cannot be combined with other certificate flags".into());
             }
             Certs::Secret { namespace, name }
+        } else if let Some(name) = self.etcd_shared {
+            if files {
+                return Err("--etcd-shared cannot be combined with --cert, --cert-dir".into());
+            }
+            if self_signed.dir.is_some() {
+                return Err(
+                    "--self-signed-dir does not go with --etcd-shared: etcd is the store".into(),
+                );
+            }
+            Certs::EtcdShared {
+                prefix: self
+                    .etcd_prefix
+                    .clone()
+                    .unwrap_or_else(|| "/tls-rotation/".to_owned()),
+                name,
+                identity: identity(self.identity)?,
+                ttl: self.etcd_lease_ttl.unwrap_or(DEFAULT_ETCD_LEASE_TTL),
+                options: self_signed,
+            }
         } else if let Some(key) = etcd_cert {
             if files || self_signed_flags {
                 return Err("--etcd-cert cannot be combined with other certificate flags".into());
@@ -219,8 +267,11 @@ impl Cli {
         if endpoints.is_empty() {
             return Err("--etcd: expected ENDPOINTS, e.g. 127.0.0.1:2379,127.0.0.2:2379".into());
         }
-        if self.etcd_cert.is_none() && !self.etcd_certs {
-            return Err("--etcd needs --etcd-cert NAME or --etcd-certs (what to serve)".into());
+        if self.etcd_cert.is_none() && !self.etcd_certs && self.etcd_shared.is_none() {
+            return Err(
+                "--etcd needs --etcd-cert NAME, --etcd-certs or --etcd-shared NAME (what to serve)"
+                    .into(),
+            );
         }
         let mut prefix = self
             .etcd_prefix
@@ -443,10 +494,13 @@ struct FleetFlags {
 }
 
 /// This replica's name in a Lease: `--identity`, else `$POD_NAME` or the host name.
+/// The writer lease's default TTL with `--etcd-shared`.
+const DEFAULT_ETCD_LEASE_TTL: Duration = Duration::from_secs(15);
+
 fn identity(given: Option<String>) -> Result<String, String> {
-    given
-        .or_else(default_identity)
-        .ok_or_else(|| "--k8s-shared needs --identity (no POD_NAME, no host name)".to_owned())
+    given.or_else(default_identity).ok_or_else(|| {
+        "--k8s-shared and --etcd-shared need --identity (no POD_NAME, no host name)".to_owned()
+    })
 }
 
 /// The `--acme-*` flags as given.

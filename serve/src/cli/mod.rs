@@ -38,6 +38,8 @@ const MIN_TIMEOUT: (Duration, &str) = (Duration::from_millis(1), "1ms");
 const MAX_TIMEOUT: (Duration, &str) = (Duration::from_secs(24 * 3600), "1d");
 const NO_OVERLAP: (Duration, &str) = (Duration::ZERO, "0s");
 const MIN_ROTATION: (Duration, &str) = (Duration::from_secs(1), "1s");
+/// etcd leases are whole seconds; below 2 s a writer would step down between keep-alives.
+const MIN_LEASE_TTL: (Duration, &str) = (Duration::from_secs(2), "2s");
 
 // The flags by help heading, one group per concern; a mode this round adds (a proxy in front of
 // an upstream, a client for outbound mTLS) brings a heading of its own, and today's flags keep
@@ -242,6 +244,16 @@ pub(crate) struct Cli {
     /// once the whole prefix is listed)
     #[arg(long, help_heading = ETCD)]
     etcd_certs: bool,
+    /// One self-signed certificate for every replica, kept under PREFIX/fleets/NAME/: the
+    /// holder of the writer key generates and renews it, every replica serves it (the
+    /// self-signed flags and --seal-key apply; the status JSON gains `leader`)
+    #[arg(long, value_name = "NAME", help_heading = ETCD)]
+    etcd_shared: Option<String>,
+    /// The writer lease's time to live with --etcd-shared (2s to 1d): a writer that stops
+    /// without releasing it is replaced after this long [default: 15s]
+    #[arg(long, value_name = "DURATION", help_heading = ETCD,
+          value_parser = duration("--etcd-lease-ttl", MIN_LEASE_TTL, MAX_TIMEOUT, "15s or 1m"))]
+    etcd_lease_ttl: Option<Duration>,
     /// Authenticate as this etcd user (needs --etcd-password-file)
     #[arg(long, value_name = "USER", help_heading = ETCD)]
     etcd_user: Option<String>,
@@ -301,6 +313,15 @@ pub(crate) enum Certs {
     /// `--etcd-cert NAME`: the whole etcd key, `PREFIX/certs/NAME`.
     Etcd {
         key: String,
+    },
+    /// `--etcd-shared NAME`: one self-signed certificate for every replica, under
+    /// `PREFIX/fleets/NAME/`, written by the holder of the writer key.
+    EtcdShared {
+        prefix: String,
+        name: String,
+        identity: String,
+        ttl: Duration,
+        options: SelfSignedArgs,
     },
     /// One self-signed certificate for every replica, in a Secret written by the Lease holder.
     Shared {

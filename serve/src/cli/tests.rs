@@ -259,8 +259,13 @@ fn flags_that_do_not_go_together_are_refused_naming_them() {
     );
     refused(
         &["--lease", "web-writer"],
-        "--lease and --identity",
-        "go with --k8s-shared",
+        "--lease",
+        "goes with --k8s-shared",
+    );
+    refused(
+        &["--identity", "web-0"],
+        "--identity",
+        "goes with --k8s-shared or --etcd-shared",
     );
     refused(
         &["--ca-overlap", "1m"],
@@ -647,6 +652,8 @@ fn help_lists_every_flag() {
         "--etcd-ca",
         "--etcd-client-cert",
         "--etcd-client-key",
+        "--etcd-shared",
+        "--etcd-lease-ttl",
     ] {
         assert!(help.contains(flag), "{flag} in:\n{help}");
     }
@@ -853,7 +860,7 @@ fn etcd_flags_that_do_not_go_together_are_refused_naming_them() {
     refused(
         &["--etcd", "127.0.0.1:2379"],
         "--etcd",
-        "needs --etcd-cert NAME or --etcd-certs",
+        "needs --etcd-cert NAME, --etcd-certs or --etcd-shared NAME",
     );
     refused(
         &["--etcd", " , ", "--etcd-certs"],
@@ -914,5 +921,89 @@ fn etcd_flags_that_do_not_go_together_are_refused_naming_them() {
         &["--ready-before-lists"],
         "--ready-before-lists",
         "--etcd-certs",
+    );
+}
+
+#[test]
+fn etcd_shared_is_the_self_signed_fleet_on_etcd() {
+    let args = parse(&[
+        "--etcd",
+        "127.0.0.1:2379",
+        "--etcd-shared",
+        "web",
+        "--identity",
+        "web-0",
+        "--self-signed-ca",
+        "--name",
+        "web.internal",
+        "--seal-key",
+        "/etc/seal/key",
+        "--etcd-lease-ttl",
+        "5s",
+    ])
+    .unwrap();
+    assert_eq!(
+        args.certs,
+        Certs::EtcdShared {
+            prefix: "/tls-rotation/".into(),
+            name: "web".into(),
+            identity: "web-0".into(),
+            ttl: Duration::from_secs(5),
+            options: SelfSignedArgs {
+                names: vec!["web.internal".into()],
+                ca: true,
+                ..SelfSignedArgs::default()
+            },
+        }
+    );
+    assert_eq!(args.seal.keys, [PathBuf::from("/etc/seal/key")]);
+    let shared = ["--etcd", "127.0.0.1:2379", "--etcd-shared", "web"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        shared.iter().chain(extra).copied().collect()
+    };
+    refused(
+        &["--etcd-shared", "web"],
+        "--etcd-shared",
+        "goes with --etcd ENDPOINTS",
+    );
+    refused(
+        &with(&["--etcd-cert", "x"]),
+        "--etcd-shared",
+        "cannot be combined",
+    );
+    refused(
+        &with(&["--cert-dir", "/tls"]),
+        "--etcd-shared",
+        "cannot be combined",
+    );
+    refused(
+        &with(&["--self-signed-dir", "/d"]),
+        "--self-signed-dir",
+        "etcd is the store",
+    );
+    refused(
+        &with(&[
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-domain",
+            "a.example.com",
+        ]),
+        "--etcd-shared with --acme-directory",
+        "not built yet",
+    );
+    refused(
+        &with(&["--etcd-lease-ttl", "1s"]),
+        "--etcd-lease-ttl",
+        "between 2s and 1d",
+    );
+    refused(
+        &["--etcd-lease-ttl", "5s"],
+        "--etcd-lease-ttl",
+        "goes with --etcd-shared",
+    );
+    refused(
+        &["--etcd", "127.0.0.1:2379", "--etcd-shared", "a/b"],
+        "--etcd-shared",
+        "expected a NAME",
     );
 }
