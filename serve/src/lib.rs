@@ -23,6 +23,7 @@
 //!        [--acme-profile NAME | --acme-profile-required NAME]]
 //!       [--session-tickets fleet|FILE|off [--ticket-rotation DURATION]]
 //!       [--etcd ENDPOINTS [--etcd-prefix PREFIX] [--etcd-cert NAME] [--etcd-certs]
+//!        [--etcd-shared NAME [--identity ID] [--etcd-lease-ttl DURATION]]
 //!        [--etcd-user USER --etcd-password-file PATH]
 //!        [--etcd-ca PATH [--etcd-client-cert PATH --etcd-client-key PATH]]]
 //! ```
@@ -77,6 +78,12 @@
 //!   goes away is left for the next endpoint. `--etcd-ca` is TLS to etcd, with
 //!   `--etcd-client-cert` and `--etcd-client-key` (followed like `--cert`) for its
 //!   `--client-cert-auth`; `--etcd-user` with `--etcd-password-file` authenticates.
+//!   `--etcd-shared NAME` is `--k8s-shared` on etcd: one self-signed certificate (and CA, with
+//!   `--self-signed-ca`) for every replica under `PREFIX/fleets/NAME/`, written by the holder of
+//!   the writer key `PREFIX/fleets/NAME/writer` (an etcd lease of `--etcd-lease-ttl`, default
+//!   15 s; `--identity` names this replica) in transactions fenced by its round; with
+//!   `--seal-key` every private key is stored sealed. The status JSON gains `leader` and `seal`
+//!   as with `--k8s-shared`. Not yet with `--acme-directory`.
 //! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
 //!   (one each; a DNS name or an IP address, RFC 8738; no wildcards, which need DNS-01),
 //!   served as its SNI route beside the default (an address's certificate to handshakes
