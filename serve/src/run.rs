@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs, Tickets};
-use crate::status::{Access, AppState, Leader, Sealing, status_json};
+use crate::status::{AppState, Leader, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party crates only at error
 /// (kube's client logs a response body it cannot parse at warn; notify logs at info and warn
@@ -283,7 +283,7 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
                 released: Box::pin(shared.stopped()),
                 seal: Sealing {
                     seal: ring,
-                    access: Access::K8s(shared.access()),
+                    access: shared.access(),
                 },
             };
             Ok((shared.boxed_source(), None, Some(fleet)))
@@ -333,7 +333,7 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
                 released: Box::pin(shared.stopped()),
                 seal: Sealing {
                     seal: ring,
-                    access: Access::Etcd(shared.access()),
+                    access: shared.access(),
                 },
             };
             Ok((shared.boxed_source(), None, Some(fleet)))

@@ -28,24 +28,6 @@ impl Leader {
     }
 }
 
-/// Whether this replica can open the fleet's sealed state, as the status shows it under `seal`
-/// (`state` and `reason`).
-#[derive(Clone)]
-pub(crate) enum Access {
-    K8s(watch::Receiver<tls_rotation::k8s::StateAccess>),
-    Etcd(watch::Receiver<tls_rotation::etcd::StateAccess>),
-}
-
-impl Access {
-    fn json(&self) -> serde_json::Value {
-        match self {
-            Self::K8s(rx) => serde_json::to_value(&*rx.borrow()),
-            Self::Etcd(rx) => serde_json::to_value(&*rx.borrow()),
-        }
-        .unwrap_or_default()
-    }
-}
-
 /// What the status page reads: the reloader's status, and with `--k8s-shared` the leadership.
 #[derive(Clone)]
 pub(crate) struct AppState {
@@ -63,7 +45,7 @@ pub(crate) struct AppState {
 #[derive(Clone)]
 pub(crate) struct Sealing {
     pub(crate) seal: Option<Arc<dyn Seal>>,
-    pub(crate) access: Access,
+    pub(crate) access: watch::Receiver<tls_rotation::k8s::StateAccess>,
 }
 
 pub(crate) async fn status_json(
@@ -97,7 +79,7 @@ pub(crate) async fn status_json(
             .map(|id| id.to_string())
             .collect();
         // `state` and `reason`, as tls-k8s serializes them.
-        let mut seal = sealing.access.json();
+        let mut seal = serde_json::to_value(&*sealing.access.borrow()).unwrap_or_default();
         seal["key_ids"] = key_ids.into();
         json["seal"] = seal;
     }

@@ -2058,12 +2058,7 @@ async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_o
 
 /// The etcd value of `cert`: what the README's `etcdctl put` writes.
 fn etcd_value(cert: &TestCert) -> Vec<u8> {
-    format!(
-        "{{\"tls.crt\": {}, \"tls.key\": {}}}",
-        serde_json::Value::from(cert.chain_pem.as_str()),
-        serde_json::Value::from(cert.key_pem.as_str())
-    )
-    .into_bytes()
+    tls_rotation::etcd::value(&cert.chain_pem, &cert.key_pem, None).into_bytes()
 }
 
 #[tokio::test]
