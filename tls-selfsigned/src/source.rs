@@ -403,13 +403,5 @@ fn report(err: Error) -> tls_source::Error {
 
 /// Returns once the wall clock reaches `at`, looking at it at least every [`MAX_NAP`].
 async fn wait_for_wall_clock(clock: &dyn Clock, at: SystemTime) {
-    loop {
-        let Ok(remaining) = at.duration_since(clock.now()) else {
-            return;
-        };
-        if remaining.is_zero() {
-            return;
-        }
-        tokio::time::sleep(remaining.min(MAX_NAP)).await;
-    }
+    tls_source::clock::sleep_until(clock, at, MAX_NAP).await;
 }

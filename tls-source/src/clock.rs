@@ -90,6 +90,28 @@ pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
     }
 }
 
+/// Returns once `clock` reaches `at`, for any `at` (the year 9999 included), sleeping at most
+/// `nap` at a time and asking the clock again after each sleep: a suspend, or a step of the
+/// wall clock, delays it by at most `nap`, and a far deadline never overflows a timer.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// use tls_source::clock::{SystemClock, sleep_until};
+///
+/// let past = std::time::SystemTime::now() - Duration::from_secs(1);
+/// sleep_until(&SystemClock, past, Duration::from_secs(30)).await; // returns at once
+/// # }
+/// ```
+pub async fn sleep_until(clock: &dyn Clock, at: SystemTime, nap: Duration) {
+    while let Ok(remaining) = at.duration_since(clock.now()) {
+        if remaining.is_zero() {
+            return;
+        }
+        tokio::time::sleep(remaining.min(nap)).await;
+    }
+}
+
 /// A time as RFC 3339 in UTC, to the second: the one format of the workspace's messages, status
 /// and annotations, for any date a certificate can carry, before 1970 and up to 9999.
 ///

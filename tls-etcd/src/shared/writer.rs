@@ -500,12 +500,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Returns once `clock` reaches `at`, looking at it at least every [`MAX_NAP`].
+/// Returns once `clock` reaches `at`, looking at it at least every [`MAX_NAP`] (so a suspend or
+/// a clock step delays a renewal by at most that).
 async fn until(clock: &dyn Clock, at: SystemTime) {
-    while let Ok(remaining) = at.duration_since(clock.now()) {
-        if remaining.is_zero() {
-            return;
-        }
-        tokio::time::sleep(remaining.min(MAX_NAP)).await;
-    }
+    tls_source::clock::sleep_until(clock, at, MAX_NAP).await;
 }
