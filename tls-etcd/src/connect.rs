@@ -68,8 +68,10 @@ struct Inner {
     user: Option<(String, String)>,
     connect_timeout: Duration,
     /// The endpoint tried first by the next connection: the one that answered last, or the one
-    /// after a member left with [`Etcd::avoid`].
+    /// after a member left with [`Etcd::avoid_current`].
     next: AtomicUsize,
+    /// Requests made through this connection's sources and stores ([`Etcd::requests`]).
+    requests: std::sync::atomic::AtomicU64,
 }
 
 /// Configures an [`Etcd`]; made by [`Etcd::builder`].
@@ -181,6 +183,7 @@ impl EtcdBuilder {
                 user,
                 connect_timeout: self.connect_timeout,
                 next: AtomicUsize::new(0),
+                requests: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -311,6 +314,7 @@ impl Etcd {
             .with_auto_token_refresh(true);
         if let Some((user, password)) = &self.inner.user {
             options = options.with_user(user.clone(), password.clone());
+            self.count("authenticate");
         }
         Client::from_channel(etcd_client::Channel::Tonic(channel), Some(options))
             .await
@@ -331,6 +335,21 @@ impl Etcd {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
                 Some((i + 1) % count)
             });
+    }
+
+    /// How many requests the sources and stores made with this `Etcd` (and its clones) have
+    /// sent: lists (a page each), watches opened, reads, transactions, lease grants, keep-alives,
+    /// revocations, authentications. With the `metrics` feature, also the counter
+    /// `tls_etcd_requests_total{request}`. Requests made on a client from [`connect`](Self::connect)
+    /// by the caller are not counted.
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// Counts one request of the kind `request`.
+    pub(crate) fn count(&self, request: &'static str) {
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::request(request);
     }
 
     /// The endpoint the next connection tries first.

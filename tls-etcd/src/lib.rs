@@ -36,6 +36,16 @@
 //! goes away and a leader election inside etcd are retried on the next endpoint, and the watch
 //! resumes from the last revision seen.
 //!
+//! # Metrics
+//! With the feature `metrics`, on the `metrics` facade (nothing is recorded until the
+//! application installs a recorder):
+//! - `tls_etcd_requests_total{request}`: requests to etcd by kind (`list`, a page each;
+//!   `watch`, opened; `read`; `txn`; `lease_grant`; `keep_alive`; `lease_revoke`;
+//!   `authenticate`). [`Etcd::requests`] counts the same without the feature.
+//! - `tls_etcd_fenced_writes_total{outcome}`: a fleet's fenced writes, `accepted` or `refused`.
+//! - `tls_etcd_writer_leading{key}`, `tls_etcd_writer_round{key}`: whether this replica holds
+//!   the writer key, and its round.
+//!
 //! # Building
 //! etcd-client compiles etcd's protobufs when it is built, with `protoc`: install Debian's or
 //! Ubuntu's `protobuf-compiler` (or set `PROTOC` to a `protoc` binary).
@@ -56,6 +66,7 @@ mod cert;
 mod certs;
 mod connect;
 mod error;
+mod metrics;
 #[cfg(feature = "self-signed")]
 mod shared;
 pub mod store;

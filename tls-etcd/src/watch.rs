@@ -145,6 +145,7 @@ impl Watch {
                 self.pending.push_back(Event::Listing);
                 Cursor::new(&self.range)
             });
+            self.etcd.count("list");
             let done = cursor.page(client, &self.range, &mut self.pending).await?;
             if let Some(revision) = done {
                 self.cursor = None;
@@ -163,6 +164,7 @@ impl Watch {
                 if let Some(end) = self.range.end() {
                     options = options.with_range(end);
                 }
+                self.etcd.count("watch");
                 let stream = client
                     .watch_client()
                     .max_decoding_message_size(MAX_MESSAGE)

@@ -275,7 +275,7 @@ async fn a_list_larger_than_a_page_is_listed_whole_at_one_revision() {
             .await
             .unwrap();
     }
-    let mut source = EtcdCertsSource::new(etcd, prefix.clone());
+    let mut source = EtcdCertsSource::new(etcd.clone(), prefix.clone());
     let mut keys = std::collections::BTreeSet::new();
     let listed = tokio::time::timeout(PATIENCE, async {
         while let Some(item) = source.next().await {
@@ -295,6 +295,11 @@ async fn a_list_larger_than_a_page_is_listed_whole_at_one_revision() {
         keys.len()
     );
     assert_eq!(keys.len(), count);
+    assert_eq!(
+        etcd.requests(),
+        2,
+        "two pages of 1,000 keys at most, and nothing else yet"
+    );
     assert!(keys.contains("k00000") && keys.contains(&format!("k{:05}", count - 1)));
 }
 

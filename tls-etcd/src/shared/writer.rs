@@ -202,6 +202,7 @@ impl Writer {
     /// The leaf's and the CA's objects as stored, opened.
     async fn read(&self) -> Result<Read, Error> {
         let mut client = self.client().await?;
+        self.etcd.count("read");
         let response = client
             .get(
                 self.fleet.as_str(),

@@ -110,6 +110,7 @@ impl FencedKeys {
             Some(client) => client,
             None => guard.insert(self.etcd.connect().await?),
         };
+        self.etcd.count("txn");
         let response = match client.txn(txn).await {
             Ok(response) => response,
             Err(source) => {
@@ -120,6 +121,7 @@ impl FencedKeys {
                 }));
             }
         };
+        crate::metrics::fenced_write(response.succeeded());
         if !response.succeeded() {
             self.refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(key = %self.writer_key, round = fence.round, "a fenced write was refused: another writer leads now; nothing written");

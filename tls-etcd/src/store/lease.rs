@@ -229,6 +229,7 @@ async fn round(
     };
     let mut client = lock.etcd.connect().await?;
     let ttl = i64::try_from(lock.ttl.as_secs()).unwrap_or(i64::MAX);
+    lock.etcd.count("lease_grant");
     let lease = client
         .lease_grant(ttl, None)
         .await
@@ -246,6 +247,7 @@ async fn round(
             Some(PutOptions::new().with_lease(lease)),
         )])
         .or_else([TxnOp::get(lock.key.as_str(), None)]);
+    lock.etcd.count("txn");
     let taken = client.txn(take).await.map_err(request("campaign"))?;
     let revision = taken
         .header()
@@ -258,16 +260,20 @@ async fn round(
             round,
             leading: true,
         });
+        crate::metrics::leadership(&lock.key, true, round);
         let outcome = lead(lock, &mut client, lease, tx, token).await;
         tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
+        crate::metrics::leadership(&lock.key, false, round);
         // Revoked: the key goes with the lease, and a follower leads at once. Not when a
         // killed process stops (it cannot), nor when cancelled without release.
         if outcome.is_ok() && (!token.is_cancelled() || lock.release_on_cancel) {
+            lock.etcd.count("lease_revoke");
             let _ = tokio::time::timeout(RELEASE_BUDGET, client.lease_revoke(lease)).await;
         }
         return outcome;
     }
     // Another holds it: the lease granted is not needed.
+    lock.etcd.count("lease_revoke");
     let _ = client.lease_revoke(lease).await;
     let holder = taken.op_responses().into_iter().find_map(|op| match op {
         etcd_client::TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
@@ -287,6 +293,7 @@ async fn round(
         leading: false,
     });
     // Follow: one watch on the key, until it is deleted (released, or expired).
+    lock.etcd.count("watch");
     let mut watch = client
         .watch_client()
         .watch(
@@ -351,6 +358,7 @@ async fn lead(
                 keeper = Some(client.lease_keep_alive(lease).await?);
             }
             let (keeper, stream) = keeper.as_mut().expect("just set");
+            lock.etcd.count("keep_alive");
             keeper.keep_alive().await?;
             stream.message().await
         };
