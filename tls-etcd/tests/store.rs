@@ -191,3 +191,26 @@ async fn a_writer_cut_off_steps_down_by_itself_and_its_late_write_is_refused() {
     assert_eq!(stored.kvs()[0].value(), b"from b");
     token.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
+async fn a_holder_whose_key_is_deleted_by_hand_stops_leading_and_campaigns_again() {
+    let Some(cluster) = EtcdCluster::shared() else {
+        return;
+    };
+    let prefix = cluster.prefix("deleted");
+    let etcd = Etcd::builder(cluster.endpoints()).build().unwrap();
+    let token = CancellationToken::new();
+    let lease = candidate(etcd, &prefix, "a", &token);
+    let first = wait(lease.leadership(), "leading", |l| l.leading).await;
+    cluster.delete(&format!("{prefix}fleets/web/writer"));
+    let again = wait(lease.leadership(), "leading in a new round", |l| {
+        l.leading && l.round > first.round
+    })
+    .await;
+    assert_eq!(again.holder.as_deref(), Some("a"));
+    token.cancel();
+}

@@ -261,7 +261,7 @@ async fn round(
             leading: true,
         });
         crate::metrics::leadership(&lock.key, true, round);
-        let outcome = lead(lock, &mut client, lease, tx, token).await;
+        let outcome = lead(lock, &mut client, lease, revision, tx, token).await;
         tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
         crate::metrics::leadership(&lock.key, false, round);
         // Revoked: the key goes with the lease, and a follower leads at once. Not when a
@@ -324,11 +324,13 @@ async fn round(
 }
 
 /// While leading: keep-alives every retry period; steps down at the renew deadline without
-/// one, or when etcd says the lease is gone. `Ok` when stopped or stepped down.
+/// one, when etcd says the lease is gone, or when the key is no longer the one it created in
+/// `round` (deleted by hand, say). `Ok` when stopped or stepped down.
 async fn lead(
     lock: &WriterLease,
     client: &mut Client,
     lease: i64,
+    round: i64,
     tx: &watch::Sender<Leadership>,
     token: &CancellationToken,
 ) -> Result<(), Error> {
@@ -336,7 +338,35 @@ async fn lead(
     let deadline = lock.renew_deadline();
     let mut keeper = None;
     let mut candidate = lock.candidate.clone();
+    // The key itself, watched from the round on: a holder whose key went does not lead.
+    let mut own: Option<etcd_client::WatchStream> = None;
+    let mut next_keep_alive = Instant::now() + lock.retry();
     loop {
+        if own.is_none() {
+            lock.etcd.count("watch");
+            let options = WatchOptions::new().with_start_revision(round.saturating_add(1));
+            own = client
+                .watch_client()
+                .watch(lock.key.as_str(), Some(options))
+                .await
+                .ok();
+        }
+        let key_gone = async {
+            let Some(stream) = &mut own else {
+                return std::future::pending().await;
+            };
+            match stream.message().await {
+                Ok(Some(message)) => message.events().iter().any(|e| {
+                    e.event_type() == EventType::Delete
+                        || e.kv().is_some_and(|kv| kv.create_revision() != round)
+                }),
+                // Broken: opened again on the next turn.
+                Ok(None) | Err(_) => {
+                    own = None;
+                    false
+                }
+            }
+        };
         let no_longer = async {
             match &mut candidate {
                 Some(candidate) => {
@@ -351,8 +381,17 @@ async fn lead(
                 tracing::info!(key = %lock.key, "no longer a candidate: stepping down");
                 return Ok(());
             }
-            () = tokio::time::sleep(lock.retry()) => {}
+            gone = key_gone => {
+                if gone {
+                    tracing::warn!(key = %lock.key, "the writer key was deleted or taken again: no longer leading");
+                    tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
+                    return Ok(());
+                }
+                continue;
+            }
+            () = tokio::time::sleep_until(next_keep_alive) => {}
         }
+        next_keep_alive = Instant::now() + lock.retry();
         let attempt = async {
             if keeper.is_none() {
                 keeper = Some(client.lease_keep_alive(lease).await?);
