@@ -3,11 +3,13 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
-use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
+use tls_seal::Seal;
+use tls_source::{Digest, Keyed, KeyedUpdate};
 
 use crate::connect::Etcd;
 use crate::value::{self, Reader};
@@ -47,29 +49,69 @@ pub struct EtcdCertsSource {
     inner: BoxStream<'static, Result<Keyed, tls_source::Error>>,
 }
 
-impl EtcdCertsSource {
-    /// Every certificate under `prefix` (e.g. `/tls-rotation/certs/`), with values up to 1 MiB.
-    pub fn new(etcd: Etcd, prefix: impl Into<String>) -> Self {
-        Self::with_max_size(etcd, prefix, tls_source::DEFAULT_MAX_SIZE)
+/// Configures an [`EtcdCertsSource`]; made by [`EtcdCertsSource::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct EtcdCertsSourceBuilder {
+    etcd: Etcd,
+    prefix: String,
+    reader: Reader,
+}
+
+impl fmt::Debug for EtcdCertsSourceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdCertsSourceBuilder")
+            .field("prefix", &self.prefix)
+            .field("seal", &self.reader.seal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdCertsSourceBuilder {
+    /// The largest value accepted, in bytes (default 1 MiB): each whole JSON value.
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.reader.decoder = self.reader.decoder.max_size(bytes);
+        self
     }
 
-    /// [`new`](Self::new) accepting values up to `bytes` (each whole JSON value).
-    pub fn with_max_size(etcd: Etcd, prefix: impl Into<String>, bytes: u64) -> Self {
-        let prefix = prefix.into();
+    /// Opens sealed private keys (`"tls.key.sealed"`) with `seal`; a key that does not open is
+    /// reported for its route, which keeps its last good certificate.
+    pub fn seal(mut self, seal: Arc<dyn Seal>) -> Self {
+        self.reader.seal = Some(seal);
+        self
+    }
+
+    /// Builds the source. Nothing is requested until the stream is first polled.
+    pub fn build(self) -> EtcdCertsSource {
         let mut state = State {
-            prefix: prefix.clone(),
-            reader: Reader {
-                decoder: Decoder::new().max_size(bytes),
-                seal: None,
-            },
+            prefix: self.prefix.clone(),
+            reader: self.reader,
             known: HashMap::new(),
             listed: HashSet::new(),
         };
-        let inner = Watch::new(etcd, Range::Prefix(prefix.clone()))
+        let inner = Watch::new(self.etcd, Range::Prefix(self.prefix.clone()))
             .into_stream()
             .flat_map(move |event| futures::stream::iter(state.event(event)))
             .boxed();
-        Self { prefix, inner }
+        EtcdCertsSource {
+            prefix: self.prefix,
+            inner,
+        }
+    }
+}
+
+impl EtcdCertsSource {
+    /// Every certificate under `prefix` (e.g. `/tls-rotation/certs/`), with values up to 1 MiB.
+    pub fn new(etcd: Etcd, prefix: impl Into<String>) -> Self {
+        Self::builder(etcd, prefix).build()
+    }
+
+    /// Starts configuring a source for every certificate under `prefix`.
+    pub fn builder(etcd: Etcd, prefix: impl Into<String>) -> EtcdCertsSourceBuilder {
+        EtcdCertsSourceBuilder {
+            etcd,
+            prefix: prefix.into(),
+            reader: Reader::default(),
+        }
     }
 
     /// The prefix watched.

@@ -74,7 +74,7 @@ mod value;
 mod watch;
 
 pub use cert::{EtcdCertSource, EtcdCertSourceBuilder};
-pub use certs::EtcdCertsSource;
+pub use certs::{EtcdCertsSource, EtcdCertsSourceBuilder};
 pub use connect::{Etcd, EtcdBuilder};
 pub use error::Error;
 /// The etcd client this crate is built on ([`Etcd::connect`] returns its `Client`).
