@@ -177,10 +177,12 @@ async fn main() {
         let t0 = Instant::now();
         let taken = loop {
             let now = client.get(writer_key, None).await.unwrap();
-            if let Some(kv) = now.kvs().first() {
-                if kv.create_revision() != round {
-                    break t0.elapsed();
-                }
+            if now
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() != round)
+            {
+                break t0.elapsed();
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
