@@ -302,3 +302,61 @@ async fn a_value_edited_by_hand_is_refused_and_the_last_good_leaf_keeps_serving(
         replica.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(etcd),
+    ignore = "needs etcd (apt-get install etcd-server etcd-client)"
+)]
+async fn garbage_or_a_foreign_pair_is_refused_by_every_reader_and_replaced_by_the_writer_alone() {
+    let Some(cluster) = EtcdCluster::shared() else {
+        return;
+    };
+    let prefix = cluster.prefix("foreign");
+    let replicas = vec![
+        replica(cluster, &prefix, "a", None).await,
+        replica(cluster, &prefix, "b", None).await,
+        replica(cluster, &prefix, "c", None).await,
+    ];
+    let mut leaf = one_leaf(&replicas).await;
+    let tls = format!("{prefix}fleets/web/tls");
+    let other = tls_test::TestCa::new("foreign");
+    let [one, two]: [tls_test::TestCert; 2] = other.leaves(&["localhost"]);
+    let foreign = tls_etcd::value(&one.chain_pem, &two.key_pem, None);
+    for bad in [b"garbage".to_vec(), foreign.into_bytes()] {
+        let accepted: Vec<u64> = replicas.iter().map(|r| r.stats.borrow().accepted).collect();
+        let made = generated(&replicas).0;
+        cluster.put(&tls, &bad);
+        // The writer puts a new leaf in its place; every replica serves it, and none ever
+        // served what was put by hand.
+        let replaced = tls_test::wait_for(replicas[0].reloader.status(), "a new leaf", |s| {
+            current(s).is_some_and(|c| c != leaf)
+        })
+        .await;
+        let replaced = current(&replaced).unwrap();
+        assert_ne!(replaced, one.fingerprint);
+        assert_eq!(one_leaf(&replicas).await, replaced);
+        assert_eq!(
+            generated(&replicas).0,
+            made + 1,
+            "one leaf, by the writer"
+        );
+        let wrote: Vec<bool> = replicas
+            .iter()
+            .zip(&accepted)
+            .map(|(r, before)| r.stats.borrow().accepted > *before)
+            .collect();
+        assert_eq!(
+            wrote.iter().filter(|w| **w).count(),
+            1,
+            "only the writer wrote"
+        );
+        for (replica, wrote) in replicas.iter().zip(&wrote) {
+            assert_eq!(*wrote, replica.leadership.borrow().leading);
+        }
+        leaf = replaced;
+    }
+    for replica in replicas {
+        replica.stop().await;
+    }
+}
