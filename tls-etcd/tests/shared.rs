@@ -336,11 +336,7 @@ async fn garbage_or_a_foreign_pair_is_refused_by_every_reader_and_replaced_by_th
         let replaced = current(&replaced).unwrap();
         assert_ne!(replaced, one.fingerprint);
         assert_eq!(one_leaf(&replicas).await, replaced);
-        assert_eq!(
-            generated(&replicas).0,
-            made + 1,
-            "one leaf, by the writer"
-        );
+        assert_eq!(generated(&replicas).0, made + 1, "one leaf, by the writer");
         let wrote: Vec<bool> = replicas
             .iter()
             .zip(&accepted)
