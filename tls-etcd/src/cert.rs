@@ -166,12 +166,12 @@ impl State {
             } if key == self.key => {
                 self.listed = true;
                 self.present = Some(true);
-                let (digest, item) = value::read(&self.key, &value, revision, &self.reader);
+                let digest = value::digest(&value);
                 if self.last == Some(digest) {
-                    return None; // the same bytes put again
+                    return None; // the same bytes put (or listed) again: not read again
                 }
                 self.last = Some(digest);
-                Some(item)
+                Some(value::bundle(&self.key, &value, revision, &self.reader))
             }
             Event::Listed if self.listed => None,
             Event::Delete { key } if key == self.key => self.absent(),
@@ -200,5 +200,73 @@ impl State {
             format!("etcd {}", self.key),
             err,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tls_seal::{KeyRing, Location, Opened, SealKey};
+
+    use super::*;
+
+    /// A key ring that counts the values it opens.
+    #[derive(Debug)]
+    struct Counting(KeyRing, AtomicUsize);
+
+    impl Seal for Counting {
+        fn seal(&self, at: Location<'_>, plaintext: &[u8]) -> Result<Vec<u8>, tls_seal::Error> {
+            self.0.seal(at, plaintext)
+        }
+
+        fn open(&self, at: Location<'_>, stored: &[u8]) -> Result<Opened, tls_seal::Error> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.open(at, stored)
+        }
+    }
+
+    #[test]
+    fn the_same_bytes_put_again_are_passed_on_once_and_read_once() {
+        use base64::Engine as _;
+
+        let key = "/f/web/tls";
+        let leaf = tls_test::TestCa::new("cert state").leaf(&["localhost"]);
+        let seal = Arc::new(Counting(
+            KeyRing::from_keys([SealKey::from_bytes([9; 32])]).unwrap(),
+            AtomicUsize::new(0),
+        ));
+        let at = value::sealed_location(key, crate::TLS_KEY);
+        let sealed = seal
+            .seal(Location::etcd(&at), leaf.key_pem.as_bytes())
+            .unwrap();
+        let bytes = serde_json::json!({
+            "tls.crt": leaf.chain_pem,
+            "tls.key.sealed": base64::engine::general_purpose::STANDARD.encode(sealed),
+        })
+        .to_string()
+        .into_bytes();
+        let mut state = State {
+            key: key.to_owned(),
+            reader: Reader {
+                decoder: tls_source::Decoder::new(),
+                seal: Some(seal.clone()),
+            },
+            last: None,
+            present: None,
+            listed: false,
+        };
+        let put = |revision| Event::Put {
+            key: key.to_owned(),
+            value: bytes.clone(),
+            revision,
+        };
+        assert!(matches!(state.event(put(2)), Some(Ok(_))));
+        // Listed again after a compaction, or put again unchanged: nothing, and not opened.
+        assert!(state.event(Event::Listing).is_none());
+        assert!(state.event(put(2)).is_none());
+        assert!(state.event(Event::Listed).is_none());
+        assert!(state.event(put(7)).is_none());
+        assert_eq!(seal.1.load(Ordering::Relaxed), 1, "opened once");
     }
 }

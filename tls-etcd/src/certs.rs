@@ -163,11 +163,11 @@ impl State {
                     return Vec::new();
                 };
                 self.listed.insert(name.clone());
-                let (digest, read) = value::read(&key, &value, revision, &self.reader);
+                let digest = value::digest(&value);
                 if self.known.insert(name.clone(), digest) == Some(digest) {
-                    return Vec::new(); // the same bytes put again
+                    return Vec::new(); // the same bytes put (or listed) again: not read again
                 }
-                let update = match read {
+                let update = match value::bundle(&key, &value, revision, &self.reader) {
                     Ok(bundle) => KeyedUpdate::Put(bundle),
                     Err(err) => KeyedUpdate::Invalid(err),
                 };
