@@ -15,6 +15,7 @@ pub fn secret(json: &[u8]) {
             .expect("a key")
             .adopt_unsealed(true)
     });
+    let _ = crate::secret::digest(&secret, &crate::secret::Keys::default());
     for seal in [None, Some(seal as &dyn tls_seal::Seal)] {
         let _ = crate::secret::read(
             &secret,

@@ -295,12 +295,17 @@ impl State {
     }
 
     fn secret(&mut self, secret: &DynamicObject) -> Option<Item> {
-        let (digest, item) = read(secret, &self.keys, &self.decoder, self.seal.as_deref());
+        let digest = digest(secret, &self.keys);
         if self.last == Some(digest) {
-            return None; // a metadata-only change
+            return None; // a metadata-only change: not decoded again
         }
         self.last = Some(digest);
-        Some(item)
+        Some(read(
+            secret,
+            &self.keys,
+            &self.decoder,
+            self.seal.as_deref(),
+        ))
     }
 }
 
@@ -316,25 +321,15 @@ pub(crate) fn secret_type(secret: &DynamicObject) -> Option<&str> {
     secret.data.get("type").and_then(serde_json::Value::as_str)
 }
 
-/// The certificate material of a TLS Secret: a digest of the raw data (to skip metadata-only
-/// changes before decoding) and the bundle, or why there is none (missing keys, bad data, a
-/// sealed key that does not open with `seal`), naming the Secret.
-pub(crate) fn read(
-    secret: &DynamicObject,
-    keys: &Keys,
-    decoder: &Decoder,
-    seal: Option<&dyn Seal>,
-) -> (Digest, Item) {
-    let namespace = secret.metadata.namespace.clone().unwrap_or_default();
-    let name = secret.metadata.name.clone().unwrap_or_default();
-    let origin = || format!("secret {namespace}/{name}");
+/// A digest of a TLS Secret's certificate data as the API gave it (each of the three keys
+/// absent, a string's own bytes, or anything else as JSON, each tagged): the sources compare it
+/// with the last one passed on before decoding anything, so a metadata-only change, or the
+/// same Secret listed again, is not decoded.
+pub(crate) fn digest(secret: &DynamicObject, keys: &Keys) -> Digest {
     let data = secret.data.get("data");
-    let raw = |key: &str| data.and_then(|d| d.get(key));
-    // What the three keys hold, as the API gave it (absent, a string's own bytes, or anything
-    // else as JSON, each tagged): unchanged data is known by this before anything is decoded.
     let mut material = Vec::new();
     for key in [&keys.cert, &keys.key, &keys.ca] {
-        let (tag, text) = match raw(key) {
+        let (tag, text) = match data.and_then(|d| d.get(key)) {
             None => (0u8, std::borrow::Cow::Borrowed("")),
             Some(serde_json::Value::String(text)) => (1, std::borrow::Cow::Borrowed(text.as_str())),
             Some(other) => (2, std::borrow::Cow::Owned(other.to_string())),
@@ -343,7 +338,22 @@ pub(crate) fn read(
         material.extend_from_slice(&(text.len() as u64).to_be_bytes());
         material.extend_from_slice(text.as_bytes());
     }
-    let digest = Digest::of(&material);
+    Digest::of(&material)
+}
+
+/// The certificate material of a TLS Secret: the bundle, or why there is none (missing keys,
+/// bad data, a sealed key that does not open with `seal`), naming the Secret.
+pub(crate) fn read(
+    secret: &DynamicObject,
+    keys: &Keys,
+    decoder: &Decoder,
+    seal: Option<&dyn Seal>,
+) -> Item {
+    let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    let origin = || format!("secret {namespace}/{name}");
+    let data = secret.data.get("data");
+    let raw = |key: &str| data.and_then(|d| d.get(key));
     let get = |key: &str| -> Result<Option<Vec<u8>>, tls_source::Error> {
         let Some(value) = raw(key) else {
             return Ok(None);
@@ -370,45 +380,42 @@ pub(crate) fn read(
                 )
             })
     };
-    let decoded = (|| {
-        let (cert, key, ca) = (get(&keys.cert)?, get(&keys.key)?, get(&keys.ca)?);
-        let key = match (key, seal) {
-            (Some(key), Some(seal)) => {
-                seal.reload();
-                let at = Location::new(&namespace, &name, &keys.key);
-                let opened = seal
-                    .open(at, &key)
-                    .map_err(|err| tls_source::Error::source(origin(), Error::Sealed(err)))?;
-                Some(opened.into_plaintext())
-            }
-            (key, _) => key,
-        };
-        let (Some(cert), Some(key)) = (cert, key) else {
-            let missing = [&keys.cert, &keys.key]
-                .into_iter()
-                .filter(|k| raw(k).is_none())
-                .cloned()
-                .collect();
-            return Err(tls_source::Error::source(
-                origin(),
-                Error::MissingKeys { keys: missing },
-            ));
-        };
-        let input = |key: &str| format!("{namespace}/{name} key {key}");
-        let bundle_origin = Origin::Secret {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            resource_version: secret.metadata.resource_version.clone(),
-        };
-        decoder.bundle(
-            (&input(&keys.cert), &cert),
-            (&input(&keys.key), &key),
-            ca.as_deref()
-                .map(|ca| (input(&keys.ca), ca))
-                .as_ref()
-                .map(|(n, b)| (n.as_str(), *b)),
-            bundle_origin,
-        )
-    })();
-    (digest, decoded)
+    let (cert, key, ca) = (get(&keys.cert)?, get(&keys.key)?, get(&keys.ca)?);
+    let key = match (key, seal) {
+        (Some(key), Some(seal)) => {
+            seal.reload();
+            let at = Location::new(&namespace, &name, &keys.key);
+            let opened = seal
+                .open(at, &key)
+                .map_err(|err| tls_source::Error::source(origin(), Error::Sealed(err)))?;
+            Some(opened.into_plaintext())
+        }
+        (key, _) => key,
+    };
+    let (Some(cert), Some(key)) = (cert, key) else {
+        let missing = [&keys.cert, &keys.key]
+            .into_iter()
+            .filter(|k| raw(k).is_none())
+            .cloned()
+            .collect();
+        return Err(tls_source::Error::source(
+            origin(),
+            Error::MissingKeys { keys: missing },
+        ));
+    };
+    let input = |key: &str| format!("{namespace}/{name} key {key}");
+    let bundle_origin = Origin::Secret {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        resource_version: secret.metadata.resource_version.clone(),
+    };
+    decoder.bundle(
+        (&input(&keys.cert), &cert),
+        (&input(&keys.key), &key),
+        ca.as_deref()
+            .map(|ca| (input(&keys.ca), ca))
+            .as_ref()
+            .map(|(n, b)| (n.as_str(), *b)),
+        bundle_origin,
+    )
 }

@@ -14,7 +14,7 @@ use kube::runtime::watcher::{self, Event};
 use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
 
 use crate::Error;
-use crate::secret::{Keys, api, read, secret_type};
+use crate::secret::{Keys, api, digest, read, secret_type};
 use crate::selector::Selector;
 
 /// The Secret type this source serves.
@@ -248,11 +248,11 @@ impl State {
             // Not (or no longer) ours: removed if it was served, else ignored.
             return self.remove(key);
         }
-        let (digest, item) = read(secret, &self.keys, &self.decoder, None);
+        let digest = digest(secret, &self.keys);
         if self.known.insert(key.clone(), digest) == Some(digest) {
-            return None; // a metadata-only change
+            return None; // a metadata-only change: not decoded again
         }
-        let update = match item {
+        let update = match read(secret, &self.keys, &self.decoder, None) {
             Ok(bundle) => KeyedUpdate::Put(bundle),
             Err(err) => KeyedUpdate::Invalid(err),
         };
