@@ -1,6 +1,5 @@
 //! [`EtcdCertsSource`]: every certificate under an etcd prefix, through one watch.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,7 +8,7 @@ use std::task::{Context, Poll};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt as _};
 use tls_seal::Seal;
-use tls_source::{Digest, Keyed, KeyedUpdate};
+use tls_source::{Keyed, KeyedState, KeyedUpdate};
 
 use crate::connect::Etcd;
 use crate::value::{self, Reader};
@@ -85,8 +84,7 @@ impl EtcdCertsSourceBuilder {
         let mut state = State {
             prefix: self.prefix.clone(),
             reader: self.reader,
-            known: HashMap::new(),
-            listed: HashSet::new(),
+            keys: KeyedState::new(),
         };
         let inner = Watch::new(self.etcd, Range::Prefix(self.prefix.clone()))
             .into_stream()
@@ -141,19 +139,14 @@ type Item = Result<Keyed, tls_source::Error>;
 struct State {
     prefix: String,
     reader: Reader,
-    /// Every key passed on, with the digest of the value last passed on for it.
-    known: HashMap<String, Digest>,
-    /// The keys seen by the (re)list under way.
-    listed: HashSet<String>,
+    /// What has been passed on, by name.
+    keys: KeyedState,
 }
 
 impl State {
     fn event(&mut self, event: Event) -> Vec<Item> {
         match event {
-            Event::Listing => {
-                self.listed.clear();
-                vec![Ok(Keyed::listing())]
-            }
+            Event::Listing => vec![Ok(self.keys.listing())],
             Event::Put {
                 key,
                 value,
@@ -162,9 +155,7 @@ impl State {
                 let Some(name) = self.name(&key) else {
                     return Vec::new();
                 };
-                self.listed.insert(name.clone());
-                let digest = value::digest(&value);
-                if self.known.insert(name.clone(), digest) == Some(digest) {
+                if !self.keys.changed(&name, value::digest(&value)) {
                     return Vec::new(); // the same bytes put (or listed) again: not read again
                 }
                 let update = match value::bundle(&key, &value, revision, &self.reader) {
@@ -175,22 +166,12 @@ impl State {
             }
             Event::Delete { key } => self
                 .name(&key)
-                .and_then(|name| self.remove(name))
+                .and_then(|name| self.keys.remove(&name))
+                .map(Ok)
                 .into_iter()
                 .collect(),
-            Event::Listed => {
-                // Whatever the relist no longer holds was deleted while the watch was down.
-                let gone: Vec<String> = self
-                    .known
-                    .keys()
-                    .filter(|k| !self.listed.contains(*k))
-                    .cloned()
-                    .collect();
-                let mut items: Vec<Item> =
-                    gone.into_iter().filter_map(|k| self.remove(k)).collect();
-                items.push(Ok(Keyed::listed()));
-                items
-            }
+            // Whatever the relist no longer holds was deleted while the watch was down.
+            Event::Listed => self.keys.listed().into_iter().map(Ok).collect(),
             Event::Failed(err) => vec![Err(tls_source::Error::source(
                 format!("etcd certificates under {}", self.prefix),
                 err,
@@ -203,13 +184,5 @@ impl State {
         key.strip_prefix(&self.prefix)
             .filter(|name| !name.is_empty())
             .map(str::to_owned)
-    }
-
-    fn remove(&mut self, name: String) -> Option<Item> {
-        self.known.remove(&name)?;
-        Some(Ok(Keyed {
-            key: name,
-            update: KeyedUpdate::Remove,
-        }))
     }
 }

@@ -1,6 +1,5 @@
 //! [`SecretsSource`]: every TLS Secret matching a label selector, through one watch.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -11,7 +10,7 @@ use kube::Client;
 use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
-use tls_source::{Decoder, Digest, Keyed, KeyedUpdate};
+use tls_source::{Decoder, Keyed, KeyedState, KeyedUpdate};
 
 use crate::Error;
 use crate::secret::{Keys, api, digest, read, secret_type};
@@ -127,10 +126,9 @@ impl SecretsSourceBuilder {
             namespace: self.namespace.clone(),
             selection,
             selector: self.selector.clone(),
-            keys: self.keys,
+            data_keys: self.keys,
             decoder: self.decoder,
-            known: HashMap::new(),
-            listed: HashSet::new(),
+            keys: KeyedState::new(),
         };
         let inner = futures::stream::iter(invalid)
             .chain(
@@ -188,43 +186,28 @@ struct State {
     /// The selector, evaluated here too; `None` when it cannot be parsed (nothing selected).
     selection: Option<Selector>,
     selector: String,
-    keys: Keys,
+    /// The data keys of the certificate, the key and the CA.
+    data_keys: Keys,
     decoder: Decoder,
-    /// Every Secret passed on, with the digest of the data last passed on for it.
-    known: HashMap<String, Digest>,
-    /// The Secrets seen in the current initial list.
-    listed: HashSet<String>,
+    /// What has been passed on, by `namespace/name`.
+    keys: KeyedState,
 }
 
 impl State {
     fn handle(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) -> Vec<Item> {
         match event {
-            Ok(Event::Init) => {
-                self.listed.clear();
-                vec![Ok(Keyed::listing())]
+            Ok(Event::Init) => vec![Ok(self.keys.listing())],
+            Ok(Event::InitApply(secret) | Event::Apply(secret)) => {
+                self.apply(key_of(&secret), &secret).into_iter().collect()
             }
-            Ok(Event::InitApply(secret)) => {
-                let key = key_of(&secret);
-                self.listed.insert(key.clone());
-                self.apply(key, &secret).into_iter().collect()
-            }
-            Ok(Event::Apply(secret)) => self.apply(key_of(&secret), &secret).into_iter().collect(),
-            Ok(Event::InitDone) => {
-                // Whatever the relist no longer holds went away while the watch was down.
-                let gone: Vec<String> = self
-                    .known
-                    .keys()
-                    .filter(|k| !self.listed.contains(*k))
-                    .cloned()
-                    .collect();
-                let mut items: Vec<Item> = gone
-                    .into_iter()
-                    .filter_map(|key| self.remove(key))
-                    .collect();
-                items.push(Ok(Keyed::listed()));
-                items
-            }
-            Ok(Event::Delete(secret)) => self.remove(key_of(&secret)).into_iter().collect(),
+            // Whatever the relist no longer holds went away while the watch was down.
+            Ok(Event::InitDone) => self.keys.listed().into_iter().map(Ok).collect(),
+            Ok(Event::Delete(secret)) => self
+                .keys
+                .remove(&key_of(&secret))
+                .map(Ok)
+                .into_iter()
+                .collect(),
             Err(err) => {
                 tracing::debug!(namespace = %self.namespace, selector = %self.selector, error = %err, "watch error; retrying with backoff");
                 let err = Error::from_selector_watcher(err, &self.namespace);
@@ -246,25 +229,16 @@ impl State {
     fn apply(&mut self, key: String, secret: &DynamicObject) -> Option<Item> {
         if secret_type(secret) != Some(TLS_TYPE) || !self.selects(secret) {
             // Not (or no longer) ours: removed if it was served, else ignored.
-            return self.remove(key);
+            return self.keys.remove(&key).map(Ok);
         }
-        let digest = digest(secret, &self.keys);
-        if self.known.insert(key.clone(), digest) == Some(digest) {
+        if !self.keys.changed(&key, digest(secret, &self.data_keys)) {
             return None; // a metadata-only change: not decoded again
         }
-        let update = match read(secret, &self.keys, &self.decoder, None) {
+        let update = match read(secret, &self.data_keys, &self.decoder, None) {
             Ok(bundle) => KeyedUpdate::Put(bundle),
             Err(err) => KeyedUpdate::Invalid(err),
         };
         Some(Ok(Keyed { key, update }))
-    }
-
-    fn remove(&mut self, key: String) -> Option<Item> {
-        self.known.remove(&key)?;
-        Some(Ok(Keyed {
-            key,
-            update: KeyedUpdate::Remove,
-        }))
     }
 }
 

@@ -1,11 +1,12 @@
 //! The contract of a keyed source: many certificates, each under a key, added, replaced and
 //! removed (e.g. every TLS Secret matching a label selector, for SNI).
 
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 
 use futures::Stream;
 
-use crate::{CertBundle, Error};
+use crate::{CertBundle, Digest, Error};
 
 /// What happened to one key of a [`KeyedCertSource`].
 #[derive(Debug)]
@@ -70,3 +71,76 @@ impl<S> KeyedCertSource for S where S: Stream<Item = Result<Keyed, Error>> + Sen
 
 /// A type-erased [`KeyedCertSource`].
 pub type BoxKeyedCertSource = Pin<Box<dyn KeyedCertSource + 'static>>;
+
+/// What a keyed source that lists and then watches (a label selector's Secrets, an etcd
+/// prefix) has passed on, by key: so that material that did not change is neither read nor
+/// passed on again, and a relist removes what it no longer holds.
+///
+/// ```
+/// use tls_source::{Digest, KeyedState, KeyedUpdate};
+///
+/// let mut state = KeyedState::new();
+/// assert!(matches!(state.listing().update, KeyedUpdate::Listing));
+/// assert!(state.changed("a", Digest::of(b"a1")), "new: read it and pass it on");
+/// assert!(state.changed("b", Digest::of(b"b1")));
+/// assert!(matches!(state.listed().as_slice(), [l] if matches!(l.update, KeyedUpdate::Listed)));
+/// assert!(!state.changed("a", Digest::of(b"a1")), "the same bytes again: nothing to do");
+///
+/// // A relist that no longer holds "b": its removal, then the end of the list.
+/// state.listing();
+/// assert!(!state.changed("a", Digest::of(b"a1")));
+/// let listed = state.listed();
+/// assert_eq!(listed[0].key, "b");
+/// assert!(matches!(listed[0].update, KeyedUpdate::Remove));
+/// assert!(state.remove("b").is_none(), "removed once");
+/// ```
+#[derive(Debug, Default)]
+pub struct KeyedState {
+    /// Every key passed on, with the digest of the material last passed on for it.
+    known: HashMap<String, Digest>,
+    /// The keys seen since the (re)list under way began.
+    listed: HashSet<String>,
+}
+
+impl KeyedState {
+    /// Nothing passed on yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A (re)list begins: the announcement to pass on.
+    pub fn listing(&mut self) -> Keyed {
+        self.listed.clear();
+        Keyed::listing()
+    }
+
+    /// `key` holds material whose digest is `digest` (listed, or seen by the watch): whether it
+    /// is new or changed, so that the source reads it and passes it on.
+    pub fn changed(&mut self, key: &str, digest: Digest) -> bool {
+        self.listed.insert(key.to_owned());
+        self.known.insert(key.to_owned(), digest) != Some(digest)
+    }
+
+    /// `key` is gone (deleted, or no longer selected): its removal, if it had been passed on.
+    pub fn remove(&mut self, key: &str) -> Option<Keyed> {
+        self.known.remove(key)?;
+        Some(Keyed {
+            key: key.to_owned(),
+            update: KeyedUpdate::Remove,
+        })
+    }
+
+    /// The (re)list is complete: the removal of every key it no longer holds (gone while the
+    /// watch was down), then the announcement.
+    pub fn listed(&mut self) -> Vec<Keyed> {
+        let gone: Vec<String> = self
+            .known
+            .keys()
+            .filter(|key| !self.listed.contains(*key))
+            .cloned()
+            .collect();
+        let mut updates: Vec<Keyed> = gone.iter().filter_map(|key| self.remove(key)).collect();
+        updates.push(Keyed::listed());
+        updates
+    }
+}

@@ -73,7 +73,7 @@ pub use file::{
     FileSource, FileSourceBuilder,
 };
 pub use inline::{BoxCertSource, IntoCertSource};
-pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedUpdate};
+pub use keyed::{BoxKeyedCertSource, Keyed, KeyedCertSource, KeyedState, KeyedUpdate};
 pub use pem::{DEFAULT_MAX_SIZE, Decoder};
 pub use trigger::Trigger;
 
