@@ -11,7 +11,7 @@ use etcd_client::Client;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tls_seal::Seal;
-use tls_selfsigned::fleet::{self, CaChange, CaState, Content, PlanError, StoredCa};
+use tls_selfsigned::fleet::{self, CaChange, CaState, Content, KeyCheck, PlanError, StoredCa};
 use tls_selfsigned::{CaRotation, Clock, SelfSigned, Unfit};
 use tls_source::Backoff;
 use tls_source::clock::Rfc3339;
@@ -30,8 +30,6 @@ const MAX_NAP: Duration = Duration::from_secs(30);
 /// The backoff after a failed check: from 1 s, doubling, up to a minute.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How often the seal's key files are re-read.
-const KEY_RECHECK: Duration = Duration::from_secs(10);
 /// The values sealed in each object (with a seal key): the private keys.
 pub(crate) const TLS_SEALED: &[&str] = &[fleet::TLS_KEY];
 pub(crate) const CA_SEALED: &[&str] = &["ca.key", "next.key"];
@@ -465,33 +463,6 @@ fn needs_write(stored: Option<&Opened>, content: &Content) -> bool {
                 .iter()
                 .all(|(k, v)| s.annotations.get(k) == Some(v))
     })
-}
-
-/// The seal's keys, looked at every [`KEY_RECHECK`].
-struct KeyCheck {
-    ids: Vec<tls_seal::KeyId>,
-    interval: tokio::time::Interval,
-}
-
-impl KeyCheck {
-    fn new(seal: &dyn Seal) -> Self {
-        let mut interval = tokio::time::interval_at(Instant::now() + KEY_RECHECK, KEY_RECHECK);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Self {
-            ids: seal.key_ids(),
-            interval,
-        }
-    }
-
-    async fn tick(&mut self) {
-        self.interval.tick().await;
-    }
-
-    fn changed(&mut self, seal: &dyn Seal) -> bool {
-        seal.reload();
-        let ids = seal.key_ids();
-        ids != std::mem::replace(&mut self.ids, ids.clone())
-    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

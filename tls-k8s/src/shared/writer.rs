@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use tls_selfsigned::fleet::{self, CaChange, CaState, Content, PlanError, StoredCa};
+use tls_selfsigned::fleet::{self, CaChange, CaState, Content, KeyCheck, PlanError, StoredCa};
 
 use super::plan;
 use super::sealed::{self, Opened, Sealed};
@@ -32,9 +32,6 @@ const MAX_NAP: Duration = Duration::from_secs(30);
 /// The backoff after a failed check: from 1 s, doubling, up to a minute.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How often the seal's key files are re-read (a changed key set makes the writer look at what
-/// is stored again: a leader re-seals, a refused replica may open it now).
-pub(crate) const KEY_RECHECK: Duration = Duration::from_secs(10);
 
 /// Where the writer writes: the TLS Secret, and in CA mode the CA Secret with the rotation
 /// vocabulary of the generator.
@@ -535,35 +532,6 @@ impl Writer {
             }
             None => tracing::info!(secret = %self.tls.id(), "generating the shared leaf"),
         }
-    }
-}
-
-/// The seal's keys, looked at every [`KEY_RECHECK`]: a change is seen by the ids, not by what
-/// `reload` returns (the `SecretSource` sharing the seal may have reloaded it first).
-struct KeyCheck {
-    ids: Vec<tls_seal::KeyId>,
-    interval: tokio::time::Interval,
-}
-
-impl KeyCheck {
-    fn new(seal: &dyn Seal) -> Self {
-        let mut interval = tokio::time::interval_at(Instant::now() + KEY_RECHECK, KEY_RECHECK);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Self {
-            ids: seal.key_ids(),
-            interval,
-        }
-    }
-
-    async fn tick(&mut self) {
-        self.interval.tick().await;
-    }
-
-    /// Re-reads the keys; whether they differ from the last look.
-    fn changed(&mut self, seal: &dyn Seal) -> bool {
-        seal.reload();
-        let ids = seal.key_ids();
-        ids != std::mem::replace(&mut self.ids, ids.clone())
     }
 }
 

@@ -306,5 +306,46 @@ impl serde::Serialize for StateAccess {
     }
 }
 
+/// How often a writer re-reads the seal's key files ([`KeyCheck`]): a changed key set makes it
+/// look at what is stored again (a leader seals again what a key that no longer seals had
+/// sealed; a replica refused may open it now).
+pub const KEY_RECHECK: Duration = Duration::from_secs(10);
+
+/// The seal's keys, looked at every [`KEY_RECHECK`] by a fleet's writer: a change is seen by
+/// the ids, not by what `reload` returns (a source sharing the seal may have reloaded it first).
+#[derive(Debug)]
+pub struct KeyCheck {
+    ids: Vec<tls_seal::KeyId>,
+    interval: tokio::time::Interval,
+}
+
+impl KeyCheck {
+    /// Starts looking at `seal`'s keys, the first look a [`KEY_RECHECK`] from now.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn new(seal: &dyn tls_seal::Seal) -> Self {
+        let start = tokio::time::Instant::now() + KEY_RECHECK;
+        let mut interval = tokio::time::interval_at(start, KEY_RECHECK);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            ids: seal.key_ids(),
+            interval,
+        }
+    }
+
+    /// Waits for the next look.
+    pub async fn tick(&mut self) {
+        self.interval.tick().await;
+    }
+
+    /// Re-reads the keys; whether they differ from the last look.
+    pub fn changed(&mut self, seal: &dyn tls_seal::Seal) -> bool {
+        seal.reload();
+        let ids = seal.key_ids();
+        ids != std::mem::replace(&mut self.ids, ids.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests;
