@@ -76,7 +76,6 @@ pub struct SharedSelfSigned {
     retry: Duration,
     ca_overlap: Option<Duration>,
     seal: Arc<dyn Seal>,
-    sealing: bool,
 }
 
 impl fmt::Debug for SharedSelfSigned {
@@ -134,7 +133,6 @@ impl SharedSelfSigned {
             retry: DEFAULT_RETRY_PERIOD,
             ca_overlap: None,
             seal: Arc::new(Plain),
-            sealing: false,
         }
     }
 
@@ -143,7 +141,6 @@ impl SharedSelfSigned {
     /// leaf's with it. Default: [`Plain`] (keys stored as PEM, readable by whoever may read
     /// the prefix).
     pub fn seal(mut self, seal: Arc<dyn Seal>) -> Self {
-        self.sealing = !seal.key_ids().is_empty();
         self.seal = seal;
         self
     }
@@ -214,8 +211,9 @@ impl SharedSelfSigned {
             tls_key,
             ca_key,
             generator: self.generator,
+            // A seal with no key (`Plain`) seals nothing: there is nothing to fail to open.
+            sealing: !self.seal.key_ids().is_empty(),
             seal: self.seal,
-            sealing: self.sealing,
             client: Mutex::new(None),
             reports: reports_tx,
             stats: stats_tx,

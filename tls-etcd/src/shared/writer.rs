@@ -91,10 +91,26 @@ impl From<tls_selfsigned::Error> for Step {
     }
 }
 
-/// The fleet's objects as read.
+/// The fleet's objects as read: each absent, opened, or not readable (why).
 struct Read {
-    tls: Option<Result<Opened, Unreadable>>,
-    ca: Option<Result<Opened, Unreadable>>,
+    tls: Option<Result<Opened, String>>,
+    ca: Option<Result<Opened, String>>,
+}
+
+/// Why the fleet's objects could not be read.
+enum ReadError {
+    Etcd(Error),
+    /// A sealed value does not open: this replica writes nothing and does not lead.
+    Sealed(tls_seal::Error),
+}
+
+impl From<ReadError> for Step {
+    fn from(err: ReadError) -> Self {
+        match err {
+            ReadError::Etcd(err) => err.into(),
+            ReadError::Sealed(err) => Self::Sealed(err),
+        }
+    }
 }
 
 impl Writer {
@@ -141,14 +157,15 @@ impl Writer {
                 Wake::Probe => {
                     retry = None;
                     match self.read().await {
-                        Ok(mut read) => {
+                        Ok(_) => {
                             backoff.reset();
-                            match read.sealed_error() {
-                                Some(err) => self.refuse(err),
-                                None => self.set_access(StateAccess::Open),
-                            }
+                            self.set_access(StateAccess::Open);
                         }
-                        Err(err) => {
+                        Err(ReadError::Sealed(err)) => {
+                            backoff.reset();
+                            self.refuse(err);
+                        }
+                        Err(ReadError::Etcd(err)) => {
                             tracing::debug!(key = %self.tls_key, error = %err, "reading the fleet's state failed; retrying");
                             retry = Some(Instant::now() + backoff.next().unwrap_or(MAX_BACKOFF));
                         }
@@ -198,8 +215,8 @@ impl Writer {
     }
 
     /// The leaf's and the CA's objects as stored, opened.
-    async fn read(&self) -> Result<Read, Error> {
-        let mut client = self.client().await?;
+    async fn read(&self) -> Result<Read, ReadError> {
+        let mut client = self.client().await.map_err(ReadError::Etcd)?;
         self.etcd.count("read");
         let response = client
             .get(
@@ -211,10 +228,10 @@ impl Writer {
             Ok(response) => response,
             Err(source) => {
                 *self.client.lock().await = None;
-                return Err(Error::Request {
+                return Err(ReadError::Etcd(Error::Request {
                     what: format!("read of {}", self.fleet),
                     source,
-                });
+                }));
             }
         };
         let mut read = Read {
@@ -223,11 +240,20 @@ impl Writer {
         };
         for kv in response.kvs() {
             let key = String::from_utf8_lossy(kv.key());
-            if key == self.tls_key {
-                read.tls = Some(object::decode(&key, kv.value(), &*self.seal, TLS_SEALED));
+            let (slot, sealed) = if key == self.tls_key {
+                (&mut read.tls, TLS_SEALED)
             } else if key == self.ca_key {
-                read.ca = Some(object::decode(&key, kv.value(), &*self.seal, CA_SEALED));
-            }
+                (&mut read.ca, CA_SEALED)
+            } else {
+                continue;
+            };
+            *slot = Some(
+                match object::decode(&key, kv.value(), &*self.seal, sealed) {
+                    Ok(opened) => Ok(opened),
+                    Err(Unreadable::Malformed(reason)) => Err(reason),
+                    Err(Unreadable::Sealed(err)) => return Err(ReadError::Sealed(err)),
+                },
+            );
         }
         Ok(read)
     }
@@ -318,20 +344,14 @@ impl Writer {
     /// transaction. Returns when to check again.
     async fn step(&self, fence: Fence) -> Result<SystemTime, Step> {
         self.seal.reload();
-        let mut read = self.read().await?;
-        if let Some(err) = read.sealed_error() {
-            return Err(Step::Sealed(err));
-        }
+        let read = self.read().await?;
         let now = self.clock().now();
         let mut writes: Vec<(String, Vec<u8>)> = Vec::new();
         let (generator, served_ca, ca_next) = match &self.rotation {
             Some(rotation) => {
                 let stored = match &read.ca {
                     None => StoredCa::Missing,
-                    Some(Err(Unreadable::Malformed(reason))) => {
-                        StoredCa::Unreadable(reason.clone())
-                    }
-                    Some(Err(Unreadable::Sealed(_))) => unreachable!("returned above"),
+                    Some(Err(reason)) => StoredCa::Unreadable(reason.clone()),
                     Some(Ok(opened)) => {
                         match CaState::read(&opened.data, &opened.annotations, rotation, now) {
                             Ok(state) => StoredCa::Read(state),
@@ -365,11 +385,11 @@ impl Writer {
         };
         let stored_tls = match &read.tls {
             Some(Ok(opened)) => Some(opened),
-            Some(Err(Unreadable::Malformed(reason))) => {
+            Some(Err(reason)) => {
                 tracing::warn!(key = %self.tls_key, %reason, "the stored leaf is not readable; replacing it");
                 None
             }
-            _ => None,
+            None => None,
         };
         let leaf = fleet::leaf(&generator, stored_tls.map(|o| &o.data), served_ca)?;
         if let Some(unfit) = &leaf.generated {
@@ -438,18 +458,6 @@ impl Writer {
             Some(unfit) => tracing::info!(%key, reason = %unfit, "renewing the shared leaf"),
             None => tracing::info!(%key, "generating the shared leaf"),
         }
-    }
-}
-
-impl Read {
-    /// The first sealed value that does not open, if any (taken out).
-    fn sealed_error(&mut self) -> Option<tls_seal::Error> {
-        [&mut self.tls, &mut self.ca].into_iter().find_map(|o| {
-            match o.take_if(|o| matches!(o, Err(Unreadable::Sealed(_)))) {
-                Some(Err(Unreadable::Sealed(err))) => Some(err),
-                _ => None,
-            }
-        })
     }
 }
 
