@@ -272,9 +272,10 @@ async fn a_value_edited_by_hand_is_refused_and_the_last_good_leaf_keeps_serving(
         .await;
         assert_eq!(tls_test::served(replica.server.addr()).await, leaf);
     }
-    // Neither can open it, so neither may lead: nothing was, or will be, written over it.
+    // Neither can open it, so neither leads (a writer that found it so steps down, its lease
+    // revoked a moment after): nothing was, or will be, written over it.
     for replica in &replicas {
-        assert!(!replica.leadership.borrow().leading);
+        tls_test::wait_for(replica.leadership.clone(), "not leading", |l| !l.leading).await;
     }
     let now = cluster.etcdctl(&["get", &tls, "-w", "json"]);
     let now: serde_json::Value = serde_json::from_str(&now).unwrap();
