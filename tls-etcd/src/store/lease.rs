@@ -16,6 +16,13 @@ use crate::{Error, Etcd};
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// The default retry period: 2 s (keep-alives while leading, campaigns after a failure).
 pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// The shortest and the longest lease TTL: etcd leases are whole seconds, and a writer that
+/// stops without releasing its lease is replaced after at most a day (a longer TTL would only
+/// delay that, and overflow timers for a TTL taken from outside input).
+const MIN_TTL: Duration = Duration::from_secs(2);
+const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The shortest retry period.
+const MIN_RETRY: Duration = Duration::from_millis(10);
 /// The longest a stopping writer waits to revoke its lease.
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
@@ -125,16 +132,16 @@ impl WriterLease {
         self
     }
 
-    /// The lease's time to live, in whole seconds (at least 2 s; etcd's own minimum may be
-    /// higher). Default: 15 s.
+    /// The lease's time to live, in whole seconds, from 2 s to a day (etcd's own minimum may
+    /// be higher). Default: 15 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Duration::from_secs(ttl.as_secs().max(2));
+        self.ttl = Duration::from_secs(ttl.clamp(MIN_TTL, MAX_TTL).as_secs());
         self
     }
 
     /// How often the holder keeps its lease alive. Default: 2 s. At most a third of the TTL.
     pub fn retry_period(mut self, period: Duration) -> Self {
-        self.retry_period = period.max(Duration::from_millis(10));
+        self.retry_period = period.clamp(MIN_RETRY, MAX_TTL);
         self
     }
 
@@ -164,7 +171,7 @@ impl WriterLease {
     }
 
     fn retry(&self) -> Duration {
-        self.retry_period.min(self.ttl / 3)
+        self.retry_period.min(self.ttl / 3).max(MIN_RETRY)
     }
 
     /// The holder steps down when no keep-alive succeeded for this long: the TTL less one retry
@@ -414,5 +421,34 @@ async fn lead(
             tx.send_if_modified(|l| std::mem::replace(&mut l.leading, false));
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease() -> WriterLease {
+        let etcd = Etcd::builder(["127.0.0.1:2379"]).build().unwrap();
+        WriterLease::new(etcd, "/p/", "web", "a")
+    }
+
+    #[test]
+    fn the_timing_is_bounded_whatever_it_is_given() {
+        let huge = lease().ttl(Duration::MAX).retry_period(Duration::MAX);
+        assert_eq!(huge.ttl, MAX_TTL);
+        assert_eq!(huge.retry(), MAX_TTL / 3, "at most a third of the TTL");
+        assert!(huge.renew_deadline() < huge.ttl);
+        // The deadlines a holder arms do not overflow.
+        let _ = Instant::now() + huge.retry() + huge.renew_deadline();
+        let tiny = lease().ttl(Duration::ZERO).retry_period(Duration::ZERO);
+        assert_eq!((tiny.ttl, tiny.retry()), (MIN_TTL, MIN_RETRY));
+        assert_eq!(tiny.renew_deadline(), MIN_TTL - MIN_RETRY);
+        let whole = lease().ttl(Duration::from_millis(5500));
+        assert_eq!(
+            whole.ttl,
+            Duration::from_secs(5),
+            "etcd leases are whole seconds"
+        );
     }
 }
