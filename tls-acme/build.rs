@@ -1,19 +1,26 @@
 //! Sets `cfg(pebble)` when the tests that need Pebble (the ACME test server, Debian package
-//! `pebble`) can run: `pebble` and `pebble-challtestsrv` are on the `PATH`, or `CI` is set
-//! (where a missing Pebble must fail those tests, not skip them). Only the tests read it:
-//! without it they are reported as ignored, rather than passing as if they had run. The
-//! library itself does not change. (serve's build script runs this one too, for its end-to-end
-//! tests.)
+//! `pebble`) can run: `pebble` and `pebble-challtestsrv` are on the `PATH`; and `cfg(etcd)`
+//! when those of a fleet on etcd can (Debian `etcd-server`, `etcd-client`: `etcd` and
+//! `etcdctl`). Both are set when `CI` is (where a missing server must fail those tests, not
+//! skip them). Only the tests read them: without one they are reported as ignored, rather than
+//! passing as if they had run. The library itself does not change. (serve's build script runs
+//! this one too, for its end-to-end tests.)
 
 use std::path::Path;
 
 pub(crate) fn main() {
-    println!("cargo::rustc-check-cfg=cfg(pebble)");
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=PATH");
     println!("cargo::rerun-if-env-changed=CI");
+    cfg_when_found("pebble", &["pebble", "pebble-challtestsrv"]);
+    cfg_when_found("etcd", &["etcd", "etcdctl"]);
+}
+
+/// Sets `cfg(CFG)` when every one of `programs` is on the `PATH`, or `CI` is set.
+fn cfg_when_found(cfg: &str, programs: &[&str]) {
+    println!("cargo::rustc-check-cfg=cfg({cfg})");
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let found: Vec<_> = ["pebble", "pebble-challtestsrv"]
+    let found: Vec<_> = programs
         .iter()
         .filter_map(|program| {
             std::env::split_paths(&path)
@@ -25,7 +32,7 @@ pub(crate) fn main() {
         // Installed or removed again: the tests' cfg follows.
         println!("cargo::rerun-if-changed={}", program.display());
     }
-    if found.len() == 2 || std::env::var_os("CI").is_some() {
-        println!("cargo::rustc-cfg=pebble");
+    if found.len() == programs.len() || std::env::var_os("CI").is_some() {
+        println!("cargo::rustc-cfg={cfg}");
     }
 }

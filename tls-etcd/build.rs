@@ -2,7 +2,7 @@
 //! `etcd-client`) can run: `etcd` and `etcdctl` are on the `PATH`, or `CI` is set (where a
 //! missing etcd must fail those tests, not skip them). Only the tests read it: without it they
 //! are reported as ignored, rather than passing as if they had run. The library itself does not
-//! change. (serve's build script runs this one too, for its end-to-end tests.)
+//! change. (tls-acme's build script sets `cfg(etcd)` the same way, for its tests and serve's.)
 
 use std::path::Path;
 

@@ -99,18 +99,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         builder = builder.routes(source);
     }
     let acme = match &args.acme {
-        Some(options) => Some(Arc::new(
-            acme(options, args.listen, seal(&args.seal)?).await?,
-        )),
+        Some(options) => {
+            let etcd = match options.state {
+                AcmeState::Etcd { .. } => Some(etcd(&args, &shutdown).await?),
+                _ => None,
+            };
+            Some(Arc::new(
+                acme(options, args.listen, seal(&args.seal)?, etcd).await?,
+            ))
+        }
         None => None,
     };
-    // ACME for a fleet: its Lease is the status's `leader`, released on the way out.
-    let (leader, released) = match acme
-        .as_deref()
-        .and_then(tls_rotation::acme::Acme::leadership)
-    {
+    // ACME for a fleet: its election is the status's `leader`, released on the way out.
+    let acme_leader = acme.as_deref().and_then(|a| {
+        a.leadership()
+            .map(Leader::K8s)
+            .or_else(|| a.etcd_leadership().map(Leader::Etcd))
+    });
+    let (leader, released) = match acme_leader {
         Some(acme_leader) => (
-            Some(Leader::K8s(acme_leader)),
+            Some(acme_leader),
             acme.as_deref()
                 .map(|a| -> futures::future::BoxFuture<'static, ()> { Box::pin(a.released()) }),
         ),
@@ -314,7 +322,7 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
             options,
         } => {
             let etcd = etcd(args, shutdown).await?;
-            let retry = (*ttl / 3).min(Duration::from_secs(2));
+            let retry = etcd_retry(*ttl);
             let mut shared = tls_rotation::etcd::SharedSelfSigned::new(
                 etcd,
                 prefix,
@@ -444,12 +452,19 @@ async fn session_tickets(
     })
 }
 
+/// How often the holder of an etcd writer lease of `ttl` keeps it alive (and a follower
+/// retries): a third of the TTL, at most 2 s.
+fn etcd_retry(ttl: Duration) -> Duration {
+    (ttl / 3).min(Duration::from_secs(2))
+}
+
 /// The ACME client of `--acme-directory` (checked when the flags were); a fleet's account
 /// and order keys sealed with `seal` (`--seal-key`).
 async fn acme(
     options: &AcmeArgs,
     listen: SocketAddr,
     seal: Option<Arc<dyn Seal>>,
+    etcd: Option<tls_rotation::etcd::Etcd>,
 ) -> anyhow::Result<tls_rotation::acme::Acme> {
     // Where the challenge is answered: a failure under one place is tried at once under another.
     let answered_at = match (options.challenge, options.http_listen) {
@@ -481,6 +496,21 @@ async fn acme(
                 Some(lease) => builder.lease(lease),
                 None => builder,
             }
+        }
+        AcmeState::Etcd {
+            prefix,
+            name,
+            identity,
+            ttl,
+        } => {
+            let etcd = etcd.context("--etcd")?;
+            let mut builder = builder
+                .etcd(etcd, prefix, name, identity)
+                .etcd_lease_timing(*ttl, etcd_retry(*ttl));
+            if let Some(seal) = seal {
+                builder = builder.seal(seal);
+            }
+            builder
         }
     };
     for domain in &options.domains {

@@ -56,10 +56,12 @@ pub const DEFAULT_NEW_CERTIFICATES_PER_WEEK: u32 = 50;
 /// ```
 pub struct Acme {
     #[cfg(feature = "k8s")]
-    leadership: Option<(
-        watch::Receiver<tls_k8s::Leadership>,
-        tokio_util::sync::CancellationToken,
-    )>,
+    leadership: Option<watch::Receiver<tls_k8s::Leadership>>,
+    #[cfg(feature = "etcd")]
+    etcd_leadership: Option<watch::Receiver<tls_etcd::store::Leadership>>,
+    /// A fleet's: cancelled once the started source was dropped and the election released.
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
+    released: Option<tokio_util::sync::CancellationToken>,
     challenges: Arc<Challenges>,
     http01: Http01,
     status: watch::Receiver<AcmeStatus>,
@@ -95,6 +97,12 @@ impl Acme {
             clock: Arc::new(SystemClock),
             #[cfg(feature = "k8s")]
             fleet: None,
+            #[cfg(feature = "etcd")]
+            etcd: None,
+            #[cfg(any(feature = "k8s", feature = "etcd"))]
+            propagation: DEFAULT_CHALLENGE_PROPAGATION,
+            #[cfg(any(feature = "k8s", feature = "etcd"))]
+            seal: Arc::new(tls_seal::Plain),
         }
     }
 
@@ -137,16 +145,23 @@ impl Acme {
     /// [`kubernetes`](AcmeBuilder::kubernetes)).
     #[cfg(feature = "k8s")]
     pub fn leadership(&self) -> Option<watch::Receiver<tls_k8s::Leadership>> {
-        self.leadership.as_ref().map(|(rx, _)| rx.clone())
+        self.leadership.clone()
     }
 
-    /// With [`kubernetes`](AcmeBuilder::kubernetes): resolves once the started source has
-    /// been dropped and this replica's Lease released (a leader releases it, so that another
-    /// replica leads within a retry period rather than a lease duration). Without a fleet, at
-    /// once.
-    #[cfg(feature = "k8s")]
+    /// Who writes for the fleet on etcd, as this replica sees it (`None` without
+    /// [`etcd`](AcmeBuilder::etcd)).
+    #[cfg(feature = "etcd")]
+    pub fn etcd_leadership(&self) -> Option<watch::Receiver<tls_etcd::store::Leadership>> {
+        self.etcd_leadership.clone()
+    }
+
+    /// With a fleet ([`kubernetes`](AcmeBuilder::kubernetes), [`etcd`](AcmeBuilder::etcd)):
+    /// resolves once the started source has been dropped and this replica's election released
+    /// (a leader releases its Lease, or revokes its etcd lease, so that another replica leads
+    /// at once rather than after a lease duration). Without a fleet, at once.
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
     pub fn released(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
-        let released = self.leadership.as_ref().map(|(_, r)| r.clone());
+        let released = self.released.clone();
         async move {
             if let Some(released) = released {
                 released.cancelled().await;
@@ -180,6 +195,12 @@ pub struct AcmeBuilder {
     clock: Arc<dyn Clock>,
     #[cfg(feature = "k8s")]
     fleet: Option<FleetSettings>,
+    #[cfg(feature = "etcd")]
+    etcd: Option<EtcdSettings>,
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
+    propagation: Duration,
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
+    seal: Arc<dyn tls_seal::Seal>,
 }
 
 /// [`AcmeBuilder::kubernetes`]'s settings.
@@ -191,13 +212,21 @@ struct FleetSettings {
     identity: String,
     lease: Option<String>,
     timing: Option<(Duration, Duration, Duration)>,
-    propagation: Duration,
-    seal: Arc<dyn tls_k8s::seal::Seal>,
+}
+
+/// [`AcmeBuilder::etcd`]'s settings.
+#[cfg(feature = "etcd")]
+struct EtcdSettings {
+    etcd: tls_etcd::Etcd,
+    prefix: String,
+    name: String,
+    identity: String,
+    timing: Option<(Duration, Duration)>,
 }
 
 /// How long the leader of a fleet waits after publishing a challenge before the CA is told to
 /// validate: the other replicas' watch delivers it in milliseconds.
-#[cfg(feature = "k8s")]
+#[cfg(any(feature = "k8s", feature = "etcd"))]
 pub const DEFAULT_CHALLENGE_PROPAGATION: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for AcmeBuilder {
@@ -394,9 +423,62 @@ impl AcmeBuilder {
             identity: identity.into(),
             lease: None,
             timing: None,
-            propagation: DEFAULT_CHALLENGE_PROPAGATION,
-            seal: Arc::new(tls_k8s::seal::Plain),
         });
+        self
+    }
+
+    /// Shares the state with a fleet of replicas in etcd under `PREFIX/fleets/NAME/acme/`
+    /// instead of a state directory (feature `etcd`), as [`kubernetes`](Self::kubernetes)
+    /// does in Secrets: the replica holding the writer key `PREFIX/fleets/NAME/writer`
+    /// (`tls_etcd::store::WriterLease`, see [`etcd_lease_timing`](Self::etcd_lease_timing))
+    /// orders and renews, every write one transaction fenced by its round; every replica
+    /// serves each certificate from `acme/certs/<first name>` and answers the CA's challenges
+    /// (TLS-ALPN-01 published under `acme/state/challenges/`, HTTP-01 from the account's
+    /// thumbprint). An order in flight is stored (`acme/state/orders/<first name>`) before a
+    /// challenge is answered: a new leader resumes it instead of placing another. With a
+    /// [`seal`](Self::seal), every private key is sealed: the account's, each order's and
+    /// each certificate's (every replica opens the certificates' with it). `identity` names
+    /// this replica (e.g. the host name).
+    ///
+    /// A fleet name is for one fleet: a self-signed fleet (`tls_etcd::SharedSelfSigned`) of
+    /// the same name would share its writer key.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let etcd = tls_etcd::Etcd::builder(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"]).build()?;
+    /// let acme = tls_acme::Acme::builder("https://acme-v02.api.letsencrypt.org/directory")
+    ///     .contact("admin@example.com")
+    ///     .name("example.com")
+    ///     .etcd(etcd, "/tls-rotation/", "web", "web-0")
+    ///     .crypto_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+    ///     .build()?;
+    /// # drop(acme); Ok(()) }
+    /// ```
+    #[cfg(feature = "etcd")]
+    pub fn etcd(
+        mut self,
+        etcd: tls_etcd::Etcd,
+        prefix: impl Into<String>,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        self.etcd = Some(EtcdSettings {
+            etcd,
+            prefix: prefix.into(),
+            name: name.into(),
+            identity: identity.into(),
+            timing: None,
+        });
+        self
+    }
+
+    /// The etcd writer lease's TTL and retry period (default 15 s and 2 s; see
+    /// `tls_etcd::store::WriterLease`). Only with [`etcd`](Self::etcd).
+    #[cfg(feature = "etcd")]
+    pub fn etcd_lease_timing(mut self, ttl: Duration, retry: Duration) -> Self {
+        if let Some(etcd) = &mut self.etcd {
+            etcd.timing = Some((ttl, retry));
+        }
         self
     }
 
@@ -427,19 +509,20 @@ impl AcmeBuilder {
 
     /// How long the fleet's leader waits after publishing a challenge before it tells the CA
     /// to validate, so that whichever replica the CA reaches answers it. Default: one second
-    /// ([`DEFAULT_CHALLENGE_PROPAGATION`]). Only with [`kubernetes`](Self::kubernetes).
-    #[cfg(feature = "k8s")]
+    /// ([`DEFAULT_CHALLENGE_PROPAGATION`]). Only with a fleet ([`kubernetes`](Self::kubernetes),
+    /// [`etcd`](Self::etcd)).
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
     pub fn challenge_propagation(mut self, wait: Duration) -> Self {
-        if let Some(fleet) = &mut self.fleet {
-            fleet.propagation = wait;
-        }
+        self.propagation = wait;
         self
     }
 
     /// Seals what only the leader reads: the account's credentials (`account.json` of the
     /// account Secret) and the new key of each order in flight (in the state Secret), each
     /// bound to its Secret and key (see `tls_k8s::seal`). Every replica that may lead needs
-    /// the seal. Default: nothing sealed. Only with [`kubernetes`](Self::kubernetes).
+    /// the seal. Default: nothing sealed. Only with a fleet ([`kubernetes`](Self::kubernetes),
+    /// or [`etcd`](Self::etcd), where each certificate's key is sealed too and every replica
+    /// needs the seal).
     ///
     /// The certificates' Secrets stay `kubernetes.io/tls` Secrets with a plain `tls.key`
     /// (every replica serves them through one label-selector watch, as any other
@@ -461,11 +544,9 @@ impl AcmeBuilder {
     ///     .build()?;
     /// # drop(acme); Ok(()) }
     /// ```
-    #[cfg(feature = "k8s")]
-    pub fn seal(mut self, seal: Arc<dyn tls_k8s::seal::Seal>) -> Self {
-        if let Some(fleet) = &mut self.fleet {
-            fleet.seal = seal;
-        }
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
+    pub fn seal(mut self, seal: Arc<dyn tls_seal::Seal>) -> Self {
+        self.seal = seal;
         self
     }
 
@@ -475,7 +556,8 @@ impl AcmeBuilder {
     /// [`Error::Config`]: no names, a name that is not a DNS name (or appears twice), a
     /// wildcard without DNS-01, DNS-01 without a solver, no state directory, an unreadable
     /// trust file, no crypto provider.
-    pub fn build(self) -> Result<Acme, Error> {
+    pub fn build(mut self) -> Result<Acme, Error> {
+        let (store, fleet) = self.store()?;
         let config = |reason: String| Error::Config(reason);
         let trust = self.trust.map_err(config)?;
         let provider = self
@@ -484,47 +566,6 @@ impl AcmeBuilder {
             .ok_or_else(|| {
                 config("no crypto provider: enable tls-reload's (or tls-rotation's) feature `aws-lc-rs` or `ring`, give one with crypto_provider, or install a process default".into())
             })?;
-        #[cfg(feature = "k8s")]
-        let fleet = self.fleet;
-        #[cfg(not(feature = "k8s"))]
-        let fleet: Option<std::convert::Infallible> = None;
-        let (store, fleet): (Arc<dyn AcmeStore>, Option<FleetOf>) = match (self.state, fleet) {
-            (Some(_), Some(_)) => {
-                return Err(config(
-                    "both a state directory and a fleet's Secrets: choose one".into(),
-                ));
-            }
-            (Some(dir), None) => (Arc::new(crate::store::dir::DirStore::new(dir)), None),
-            #[cfg(feature = "k8s")]
-            (None, Some(fleet)) => {
-                let (tx, _) = watch::channel(tls_k8s::Leadership::default());
-                let kube = Arc::new(crate::store::kube::KubeStore::new(
-                    fleet.client.clone(),
-                    &fleet.namespace,
-                    &fleet.name,
-                    fleet.propagation,
-                    fleet.seal,
-                ));
-                (
-                    kube,
-                    Some(crate::fleet::FleetConfig {
-                        client: fleet.client,
-                        namespace: fleet.namespace,
-                        lease: fleet
-                            .lease
-                            .unwrap_or_else(|| format!("{}-acme", fleet.name)),
-                        name: fleet.name,
-                        identity: fleet.identity,
-                        timing: fleet.timing,
-                        leadership: Arc::new(tx),
-                        released: tokio_util::sync::CancellationToken::new(),
-                    }),
-                )
-            }
-            (None, _) => {
-                return Err(config("a state directory is needed (state_dir): without one, every restart orders every certificate again".into()));
-            }
-        };
         if self.groups.is_empty() {
             return Err(config("no names to order certificates for".into()));
         }
@@ -588,9 +629,17 @@ impl AcmeBuilder {
         };
         Ok(Acme {
             #[cfg(feature = "k8s")]
-            leadership: fleet
-                .as_ref()
-                .map(|f| (f.leadership.subscribe(), f.released.clone())),
+            leadership: match &fleet {
+                Some(FleetOf::Kube(f)) => Some(f.leadership.subscribe()),
+                _ => None,
+            },
+            #[cfg(feature = "etcd")]
+            etcd_leadership: match &fleet {
+                Some(FleetOf::Etcd(f)) => Some(f.leadership.subscribe()),
+                _ => None,
+            },
+            #[cfg(any(feature = "k8s", feature = "etcd"))]
+            released: fleet.as_ref().map(FleetOf::released),
             challenges,
             http01,
             status,
@@ -601,6 +650,87 @@ impl AcmeBuilder {
                 task: None,
             })),
         })
+    }
+}
+
+impl AcmeBuilder {
+    /// Where the state is kept: a directory, or a fleet's store and how it is elected.
+    fn store(&mut self) -> Result<(Arc<dyn AcmeStore>, Option<FleetOf>), Error> {
+        let config = |reason: &str| Err(Error::Config(reason.to_owned()));
+        let dir = self.state.take();
+        #[cfg(feature = "k8s")]
+        let kube = self.fleet.take();
+        #[cfg(not(feature = "k8s"))]
+        let kube: Option<std::convert::Infallible> = None;
+        #[cfg(feature = "etcd")]
+        let etcd = self.etcd.take();
+        #[cfg(not(feature = "etcd"))]
+        let etcd: Option<std::convert::Infallible> = None;
+        match (dir, kube, etcd) {
+            (Some(dir), None, None) => Ok((Arc::new(crate::store::dir::DirStore::new(dir)), None)),
+            (None, None, None) => config(
+                "a state directory is needed (state_dir): without one, every restart orders every certificate again",
+            ),
+            #[cfg(feature = "k8s")]
+            (None, Some(fleet), None) => {
+                let (tx, _) = watch::channel(tls_k8s::Leadership::default());
+                let kube = Arc::new(crate::store::kube::KubeStore::new(
+                    fleet.client.clone(),
+                    &fleet.namespace,
+                    &fleet.name,
+                    self.propagation,
+                    Arc::clone(&self.seal),
+                ));
+                let config = crate::fleet::kube::FleetConfig {
+                    client: fleet.client,
+                    namespace: fleet.namespace,
+                    lease: fleet
+                        .lease
+                        .unwrap_or_else(|| format!("{}-acme", fleet.name)),
+                    name: fleet.name,
+                    identity: fleet.identity,
+                    timing: fleet.timing,
+                    leadership: Arc::new(tx),
+                    released: tokio_util::sync::CancellationToken::new(),
+                };
+                Ok((kube, Some(FleetOf::Kube(config))))
+            }
+            #[cfg(feature = "etcd")]
+            (None, None, Some(fleet)) => {
+                let (tx, _) = watch::channel(tls_etcd::store::Leadership::default());
+                let mut lease = tls_etcd::store::WriterLease::new(
+                    fleet.etcd.clone(),
+                    &fleet.prefix,
+                    &fleet.name,
+                    fleet.identity.clone(),
+                );
+                if let Some((ttl, retry)) = fleet.timing {
+                    lease = lease.ttl(ttl).retry_period(retry);
+                }
+                let keys = crate::store::etcd::Keys::new(&fleet.prefix, &fleet.name);
+                let store = Arc::new(crate::store::etcd::EtcdStore::new(
+                    fleet.etcd.clone(),
+                    keys.clone(),
+                    lease.key().to_owned(),
+                    self.propagation,
+                    Arc::clone(&self.seal),
+                ));
+                let config = crate::fleet::etcd::FleetConfig {
+                    etcd: fleet.etcd,
+                    keys,
+                    name: fleet.name,
+                    identity: fleet.identity,
+                    lease,
+                    seal: Arc::clone(&self.seal),
+                    leadership: Arc::new(tx),
+                    released: tokio_util::sync::CancellationToken::new(),
+                };
+                Ok((store, Some(FleetOf::Etcd(config))))
+            }
+            _ => config(
+                "the state in more than one place (a state directory, Kubernetes Secrets, etcd): choose one",
+            ),
+        }
     }
 }
 
@@ -678,20 +808,39 @@ impl Stream for AcmeSource {
     }
 }
 
-/// A fleet's election and Secrets, when built with them.
-#[cfg(feature = "k8s")]
-type FleetOf = crate::fleet::FleetConfig;
-#[cfg(not(feature = "k8s"))]
-type FleetOf = std::convert::Infallible;
+/// A fleet's election and store, when built with one.
+enum FleetOf {
+    #[cfg(feature = "k8s")]
+    Kube(crate::fleet::kube::FleetConfig),
+    #[cfg(feature = "etcd")]
+    Etcd(crate::fleet::etcd::FleetConfig),
+}
+
+impl FleetOf {
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
+    fn released(&self) -> tokio_util::sync::CancellationToken {
+        match self {
+            #[cfg(feature = "k8s")]
+            Self::Kube(f) => f.released.clone(),
+            #[cfg(feature = "etcd")]
+            Self::Etcd(f) => f.released.clone(),
+        }
+    }
+}
 
 /// Runs the driver: one term for ever with a state directory, or as a replica of a fleet.
 fn spawn(driver: Driver, fleet: Option<FleetOf>, tx: Tx) -> tokio::task::JoinHandle<()> {
-    #[cfg(feature = "k8s")]
-    if let Some(fleet) = fleet {
-        return tokio::spawn(crate::fleet::run(driver, fleet, tx));
+    match fleet {
+        #[cfg(feature = "k8s")]
+        Some(FleetOf::Kube(config)) => {
+            return tokio::spawn(crate::fleet::kube::run(driver, config, tx));
+        }
+        #[cfg(feature = "etcd")]
+        Some(FleetOf::Etcd(config)) => {
+            return tokio::spawn(crate::fleet::etcd::run(driver, config, tx));
+        }
+        None => {}
     }
-    #[cfg(not(feature = "k8s"))]
-    let _ = fleet;
     tokio::spawn(async move {
         // One term, for ever: its writes need no fence.
         let term = crate::store::Term {

@@ -124,6 +124,16 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// A fleet's etcd key could not be read or written (a write refused because another
+    /// replica leads now, too), or what it holds cannot be used (feature `etcd`).
+    #[error("ACME state at etcd key {key}: {source}")]
+    Etcd {
+        /// The etcd key.
+        key: String,
+        /// Why: etcd's error, the fence's refusal, the value's, the seal's.
+        #[source]
+        source: BoxError,
+    },
     /// A fleet's Secret was written by a later leader (feature `k8s`): this replica no longer
     /// leads, and leaves the work to it.
     #[error(

@@ -83,7 +83,7 @@ mod builder;
 mod challenge;
 mod driver;
 mod error;
-#[cfg(feature = "k8s")]
+#[cfg(any(feature = "k8s", feature = "etcd"))]
 mod fleet;
 mod ip;
 mod metrics;
@@ -95,7 +95,7 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
-#[cfg(feature = "k8s")]
+#[cfg(any(feature = "k8s", feature = "etcd"))]
 pub use builder::DEFAULT_CHALLENGE_PROPAGATION;
 pub use builder::{Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK};
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};

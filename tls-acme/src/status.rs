@@ -92,7 +92,7 @@ fn rfc3339<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Erro
 impl NameStatus {
     /// The status a fleet's other replicas show for a certificate, from the record its leader
     /// stored, at `now`.
-    #[cfg(feature = "k8s")]
+    #[cfg(any(feature = "k8s", feature = "etcd"))]
     pub(crate) fn from_record(record: &crate::record::Record, now: SystemTime) -> Self {
         use crate::record::from_unix;
         let retry_at = record.retry_at.map(from_unix).filter(|t| *t > now);

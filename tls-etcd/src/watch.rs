@@ -21,23 +21,30 @@ const PAGE: i64 = 1000;
 const FIRST_WAIT: Duration = Duration::from_millis(50);
 const MAX_WAIT: Duration = Duration::from_secs(10);
 
-/// What the loop reports.
+/// What a watch of keys reports ([`store::watch_prefix`](crate::store::watch_prefix)).
 #[derive(Debug)]
-pub(crate) enum Event {
+#[non_exhaustive]
+pub enum Event {
     /// A (re)list begins: the keys present follow as [`Put`](Self::Put), then
-    /// [`Listed`](Self::Listed).
+    /// [`Listed`](Self::Listed); a key not put again before it was deleted meanwhile.
     Listing,
     /// A key's value (from a list, or a put seen by the watch).
     Put {
+        /// The key.
         key: String,
+        /// Its value.
         value: Vec<u8>,
+        /// The revision it was put at (its `mod_revision`).
         revision: i64,
     },
     /// A key deleted (seen by the watch).
-    Delete { key: String },
+    Delete {
+        /// The key.
+        key: String,
+    },
     /// The (re)list is complete.
     Listed,
-    /// A failure; the loop carries on.
+    /// A failure; the watch carries on (on the next endpoint, after a backoff).
     Failed(Error),
 }
 

@@ -56,9 +56,6 @@ impl Cli {
             if self.k8s_shared.is_some() || self.k8s_secret.is_some() || etcd_cert.is_some() {
                 return Err("--etcd-shared cannot be combined with --k8s-shared, --k8s-secret or --etcd-cert".into());
             }
-            if self.acme_directory.is_some() {
-                return Err("--etcd-shared with --acme-directory is not built yet: the ACME state of a fleet is kept in Kubernetes only (--k8s-shared), or in --acme-state DIR for one replica".into());
-            }
             if self.seal_served_key {
                 return Err("--seal-served-key goes with --k8s-shared: with --etcd-shared and --seal-key every private key is sealed".into());
             }
@@ -117,26 +114,47 @@ impl Cli {
                 eab_kid: self.acme_eab_kid,
                 eab_key: self.acme_eab_key,
             },
-            self.k8s_shared.clone().map(|shared| FleetFlags {
-                shared,
-                lease: self.lease.clone(),
-                identity: self.identity.clone(),
-            }),
+            match (&self.k8s_shared, &self.etcd_shared) {
+                (Some(shared), _) => Some(FleetFlags::K8s {
+                    shared: shared.clone(),
+                    lease: self.lease.clone(),
+                    identity: self.identity.clone(),
+                }),
+                (None, Some(name)) => Some(FleetFlags::Etcd {
+                    prefix: self
+                        .etcd_prefix
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_ETCD_PREFIX.to_owned()),
+                    name: name.clone(),
+                    identity: self.identity.clone(),
+                    ttl: self.etcd_lease_ttl.unwrap_or(DEFAULT_ETCD_LEASE_TTL),
+                }),
+                (None, None) => None,
+            },
         )?;
-        // ACME for a fleet takes --k8s-shared: the default certificate (for names without an
-        // ACME one) is --cert's, or the in-memory self-signed one.
+        // ACME for a fleet takes --k8s-shared or --etcd-shared: the default certificate (for
+        // names without an ACME one) is --cert's, or the in-memory self-signed one.
         let acme_fleet = acme
             .as_ref()
-            .is_some_and(|a| matches!(a.state, AcmeState::Fleet { .. }));
-        if acme_fleet {
+            .map(|a| &a.state)
+            .and_then(|state| match state {
+                AcmeState::Fleet { .. } => Some("--k8s-shared"),
+                AcmeState::Etcd { .. } => Some("--etcd-shared"),
+                AcmeState::Dir(_) => None,
+            });
+        if let Some(fleet) = acme_fleet {
             if self.k8s_secret.is_some() {
-                return Err("--k8s-shared with --acme-directory cannot be combined with --k8s-secret (give the default certificate with --cert)".into());
+                return Err(format!(
+                    "{fleet} with --acme-directory cannot be combined with --k8s-secret (give the default certificate with --cert)"
+                ));
             }
             if seal.served_key {
                 return Err("--seal-served-key does not go with --acme-directory: the certificates' Secrets are kubernetes.io/tls Secrets every replica serves through one label-selector watch, which reads a plain tls.key (--seal-key seals the ACME account and the orders' keys)".into());
             }
             if self.self_signed_dir.is_some() || self.self_signed_ca {
-                return Err("--self-signed-dir and --self-signed-ca do not go with --acme-directory and --k8s-shared: the self-signed default is kept in memory".into());
+                return Err(format!(
+                    "--self-signed-dir and --self-signed-ca do not go with --acme-directory and {fleet}: the self-signed default is kept in memory"
+                ));
             }
         }
         let tickets = Self::tickets(
@@ -145,7 +163,11 @@ impl Cli {
             self.k8s_shared.as_ref(),
             self.identity.clone(),
         )?;
-        let k8s_shared = if acme_fleet { None } else { self.k8s_shared };
+        let (k8s_shared, etcd_shared) = if acme_fleet.is_some() {
+            (None, None)
+        } else {
+            (self.k8s_shared, self.etcd_shared)
+        };
         let self_signed = SelfSignedArgs {
             names: self.name,
             validity: self.self_signed_validity,
@@ -179,7 +201,7 @@ impl Cli {
                 return Err("--k8s-secret cannot be combined with other certificate flags".into());
             }
             Certs::Secret { namespace, name }
-        } else if let Some(name) = self.etcd_shared {
+        } else if let Some(name) = etcd_shared {
             if files {
                 return Err("--etcd-shared cannot be combined with --cert, --cert-dir".into());
             }
@@ -192,7 +214,7 @@ impl Cli {
                 prefix: self
                     .etcd_prefix
                     .clone()
-                    .unwrap_or_else(|| "/tls-rotation/".to_owned()),
+                    .unwrap_or_else(|| DEFAULT_ETCD_PREFIX.to_owned()),
                 name,
                 identity: identity(self.identity)?,
                 ttl: self.etcd_lease_ttl.unwrap_or(DEFAULT_ETCD_LEASE_TTL),
@@ -276,7 +298,7 @@ impl Cli {
         let mut prefix = self
             .etcd_prefix
             .clone()
-            .unwrap_or_else(|| "/tls-rotation/".to_owned());
+            .unwrap_or_else(|| DEFAULT_ETCD_PREFIX.to_owned());
         if prefix.is_empty() {
             return Err("--etcd-prefix: expected a PREFIX, e.g. /tls-rotation/".into());
         }
@@ -425,17 +447,38 @@ impl Cli {
         };
         let state = match (flags.state, fleet) {
             (Some(_), Some(_)) => {
-                return Err("--acme-state does not go with --k8s-shared: the fleet's state is kept in its Secrets".into());
+                return Err("--acme-state does not go with --k8s-shared or --etcd-shared: the fleet's state is kept in its Secrets, or in etcd".into());
             }
             (Some(dir), None) => AcmeState::Dir(dir),
-            (None, Some(fleet)) => AcmeState::Fleet {
-                namespace: fleet.shared.0,
-                name: fleet.shared.1,
-                lease: fleet.lease,
-                identity: identity(fleet.identity)?,
+            (
+                None,
+                Some(FleetFlags::K8s {
+                    shared: (namespace, name),
+                    lease,
+                    identity: given,
+                }),
+            ) => AcmeState::Fleet {
+                namespace,
+                name,
+                lease,
+                identity: identity(given)?,
+            },
+            (
+                None,
+                Some(FleetFlags::Etcd {
+                    prefix,
+                    name,
+                    identity: given,
+                    ttl,
+                }),
+            ) => AcmeState::Etcd {
+                prefix,
+                name,
+                identity: identity(given)?,
+                ttl,
             },
             (None, None) => {
-                return Err("--acme-directory needs --acme-state DIR (or --k8s-shared NAMESPACE/NAME for a fleet): without it every restart orders every certificate again".into());
+                return Err("--acme-directory needs --acme-state DIR (or --k8s-shared NAMESPACE/NAME, or --etcd-shared NAME, for a fleet): without it every restart orders every certificate again".into());
             }
         };
         // What the library refuses, refused here with the flag named (exit 2, not 1).
@@ -486,12 +529,25 @@ impl Cli {
     }
 }
 
-/// `--k8s-shared` (and its `--lease`, `--identity`) as given, for ACME in a fleet.
-struct FleetFlags {
-    shared: (String, String),
-    lease: Option<String>,
-    identity: Option<String>,
+/// A fleet's flags as given, for ACME in a fleet: `--k8s-shared` (and its `--lease`,
+/// `--identity`), or `--etcd-shared` (and its `--etcd-prefix`, `--identity`,
+/// `--etcd-lease-ttl`).
+enum FleetFlags {
+    K8s {
+        shared: (String, String),
+        lease: Option<String>,
+        identity: Option<String>,
+    },
+    Etcd {
+        prefix: String,
+        name: String,
+        identity: Option<String>,
+        ttl: Duration,
+    },
 }
+
+/// The etcd prefix of `--etcd-shared`'s keys without `--etcd-prefix`.
+const DEFAULT_ETCD_PREFIX: &str = "/tls-rotation/";
 
 /// This replica's name in a Lease: `--identity`, else `$POD_NAME` or the host name.
 /// The writer lease's default TTL with `--etcd-shared`.

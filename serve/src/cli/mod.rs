@@ -397,6 +397,14 @@ pub(crate) enum AcmeState {
         lease: Option<String>,
         identity: String,
     },
+    /// `--etcd-shared NAME`: a fleet's keys in etcd under `PREFIX/fleets/NAME/acme/`, written
+    /// by the holder of its writer key.
+    Etcd {
+        prefix: String,
+        name: String,
+        identity: String,
+        ttl: Duration,
+    },
 }
 
 /// What serve runs with: the flags, checked together.

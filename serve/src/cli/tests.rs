@@ -558,7 +558,7 @@ fn bad_acme_flags_exit_2_with_the_reason() {
             "/var/lib/acme",
         ],
         "--acme-state",
-        "does not go with --k8s-shared",
+        "does not go with --k8s-shared or --etcd-shared",
     );
     refused(
         &[
@@ -601,6 +601,55 @@ fn acme_with_k8s_shared_is_a_fleet_served_on_the_in_memory_default() {
         matches!(args.certs, Certs::Files { .. }),
         "{:?}",
         args.certs
+    );
+}
+
+#[test]
+fn acme_with_etcd_shared_is_a_fleet_on_etcd_served_on_the_in_memory_default() {
+    const ETCD_FLEET: &[&str] = &[
+        "--etcd",
+        "127.0.0.1:2379",
+        "--etcd-shared",
+        "web",
+        "--identity",
+        "web-0",
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-domain",
+        "a.example.com",
+    ];
+    let args = parse(
+        &[
+            ETCD_FLEET,
+            &["--etcd-lease-ttl", "6s", "--etcd-prefix", "/p/"],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert_eq!(args.certs, Certs::SelfSigned(SelfSignedArgs::default()));
+    assert_eq!(
+        args.acme.unwrap().state,
+        AcmeState::Etcd {
+            prefix: "/p/".into(),
+            name: "web".into(),
+            identity: "web-0".into(),
+            ttl: Duration::from_secs(6),
+        }
+    );
+    refused(
+        &[ETCD_FLEET, &["--acme-state", "/var/lib/acme"]].concat(),
+        "--acme-state",
+        "does not go with --k8s-shared or --etcd-shared",
+    );
+    refused(
+        &[ETCD_FLEET, &["--self-signed-ca"]].concat(),
+        "--self-signed-ca",
+        "--etcd-shared: the self-signed default is kept in memory",
+    );
+    refused(
+        &[ETCD_FLEET, &["--seal-key", "/k", "--seal-served-key"]].concat(),
+        "--seal-served-key",
+        "every private key is sealed",
     );
 }
 
@@ -980,16 +1029,6 @@ fn etcd_shared_is_the_self_signed_fleet_on_etcd() {
         &with(&["--self-signed-dir", "/d"]),
         "--self-signed-dir",
         "etcd is the store",
-    );
-    refused(
-        &with(&[
-            "--acme-directory",
-            DIRECTORY,
-            "--acme-domain",
-            "a.example.com",
-        ]),
-        "--etcd-shared with --acme-directory",
-        "not built yet",
     );
     refused(
         &with(&["--etcd-lease-ttl", "1s"]),

@@ -1,6 +1,7 @@
 //! Everything ACME keeps, behind one trait ([`AcmeStore`]), so that a backend is one file:
-//! the state directory of one replica (`dir.rs`) and a fleet's Kubernetes Secrets (`kube.rs`,
-//! feature `k8s`), each write fenced by the Lease round.
+//! the state directory of one replica (`dir.rs`), a fleet's Kubernetes Secrets (`kube.rs`,
+//! feature `k8s`), each write fenced by the Lease round, and a fleet's keys in etcd
+//! (`etcd.rs`, feature `etcd`), each write a transaction fenced by the writer key's round.
 //!
 //! What is kept:
 //! - **accounts**, by directory URL (one per CA), with why one replaced another that was gone;
@@ -27,6 +28,8 @@ use crate::challenge::ChallengeType;
 use crate::record::Record;
 
 pub(crate) mod dir;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 #[cfg(feature = "k8s")]
 pub(crate) mod kube;
 
@@ -42,7 +45,7 @@ pub(crate) struct StoredAccount {
 
 /// An account to store: its credentials, its URL and its key's (public) thumbprint, which
 /// let every replica of a fleet answer HTTP-01, and why it replaced one that was gone.
-#[cfg_attr(not(feature = "k8s"), allow(dead_code))] // the URL and thumbprint: a fleet's
+#[cfg_attr(not(any(feature = "k8s", feature = "etcd")), allow(dead_code))] // the URL and thumbprint: a fleet's
 pub(crate) struct NewAccount<'a> {
     pub(crate) credentials: &'a serde_json::Value,
     pub(crate) url: &'a str,
@@ -124,9 +127,9 @@ pub(crate) struct Term {
 /// by the API server under the term's fence); a fleet's deposed writer gets
 /// [`Error::Deposed`].
 pub(crate) trait AcmeStore: Send + Sync + fmt::Debug + 'static {
-    /// The account registered at `directory`, if one is stored. (The state directory keeps one
-    /// per directory; a fleet's Secrets keep the last one saved, whose thumbprint every replica
-    /// answers HTTP-01 with: more than one CA in a fleet is for later.)
+    /// The account registered at `directory`, if one is stored. (The state directory and etcd
+    /// keep one per directory; a fleet's Secrets keep the last one saved, whose thumbprint
+    /// every replica answers HTTP-01 with: more than one CA in a fleet is for later.)
     fn account<'a>(&'a self, directory: &'a str) -> StoreFuture<'a, Option<StoredAccount>>;
     /// Stores the account registered at `directory`.
     fn save_account<'a>(
@@ -169,7 +172,7 @@ pub(crate) trait AcmeStore: Send + Sync + fmt::Debug + 'static {
     /// A term begins: its writes carry `term` (a single replica's store ignores it).
     fn begin_term(&self, term: Term) -> StoreFuture<'_, ()>;
     /// The term ended: nothing read in it is kept. (A single replica's term never ends.)
-    #[cfg_attr(not(feature = "k8s"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "k8s", feature = "etcd")), allow(dead_code))]
     fn end_term(&self) -> StoreFuture<'_, ()>;
 
     /// How long a published challenge takes to reach every replica before the CA is told to

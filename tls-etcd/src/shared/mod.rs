@@ -4,11 +4,10 @@
 //! (Feature `self-signed`.) Under `PREFIX/fleets/NAME/`: `writer` (the holder key of
 //! [`WriterLease`]), `tls` (the leaf's object, which every replica serves through an
 //! [`EtcdCertSource`]) and, in CA mode, `ca`. The decisions are `tls_selfsigned::fleet`'s, the
-//! same as on Kubernetes; `object.rs` is the JSON of an object, its private keys sealed with a
-//! seal key; `writer.rs` the I/O: the CA and the leaf written in one transaction fenced by the
+//! same as on Kubernetes; each object is the JSON of [`crate::store::object`], its private keys
+//! sealed with a seal key; `writer.rs` the I/O: the CA and the leaf written in one transaction fenced by the
 //! writer's round.
 
-mod object;
 mod writer;
 
 use std::fmt;

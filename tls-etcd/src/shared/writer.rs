@@ -19,8 +19,8 @@ use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::object::{self, Opened, Unreadable};
 use super::{StateAccess, WriterStats};
+use crate::store::object::{self, Opened, Unreadable};
 use crate::store::{Fence, FencedError, FencedKeys, Leadership, LeaseHandle};
 use crate::watch::{Event, Range, Watch};
 use crate::{Error, Etcd};
@@ -422,7 +422,7 @@ impl Writer {
     }
 
     fn encode(&self, key: &str, content: &Content, sealed: &[&str]) -> Result<Vec<u8>, Step> {
-        object::encode(key, content, &*self.seal, sealed).map_err(Step::Sealed)
+        object::encode(key, &content.0, &content.1, &*self.seal, sealed).map_err(Step::Sealed)
     }
 
     fn log_ca(&self, changes: &[CaChange]) {

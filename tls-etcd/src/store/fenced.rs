@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use tokio::sync::Mutex;
 
 use crate::{Error, Etcd};
@@ -134,6 +134,60 @@ impl FencedKeys {
         Ok(response
             .header()
             .map_or(0, etcd_client::ResponseHeader::revision))
+    }
+
+    /// Reads the value at `key` (a linearizable read), if there is one: the fleet's state as
+    /// stored, for the writer to decide on. Not fenced: anyone may read.
+    ///
+    /// # Errors
+    /// etcd's failure.
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let mut kvs = self.read(key, None).await?;
+        Ok(kvs.pop().map(|(_, value)| value))
+    }
+
+    /// Reads every key under `prefix` with its value, in key order (in one request: for a
+    /// few keys, such as the challenges published).
+    ///
+    /// # Errors
+    /// etcd's failure.
+    pub async fn get_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        self.read(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+    }
+
+    async fn read(
+        &self,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        let mut client = {
+            let mut guard = self.client.lock().await;
+            match &*guard {
+                Some(client) => client.clone(),
+                None => guard.insert(self.etcd.connect().await?).clone(),
+            }
+        };
+        self.etcd.count("read");
+        match client.get(key, options).await {
+            Ok(response) => Ok(response
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(kv.key()).into_owned(),
+                        kv.value().to_vec(),
+                    )
+                })
+                .collect()),
+            Err(source) => {
+                *self.client.lock().await = None; // a new connection next time
+                Err(Error::Request {
+                    what: format!("read of {key}"),
+                    source,
+                })
+            }
+        }
     }
 
     /// How many writes were refused for a stale round.

@@ -1,23 +1,53 @@
-//! A fleet's object (the leaf's, the CA's) as the JSON value of one etcd key: each value as
-//! text under its name, or, sealed, as the envelope in base64 under `NAME.sealed`; the
-//! annotations under `"annotations"`. The leaf's object is also a value `EtcdCertSource`
-//! reads (`tls.crt`, `tls.key` or `tls.key.sealed`, `ca.crt`).
+//! A fleet's object as the JSON value of one etcd key: each value as text under its name, or,
+//! sealed, as the envelope in base64 under `NAME.sealed` (bound to the key and the name,
+//! [`sealed_location`](crate::sealed_location)); the annotations under `"annotations"`.
+//!
+//! An object holding `tls.crt` and `tls.key` (or `tls.key.sealed`) is also a value
+//! [`EtcdCertSource`](crate::EtcdCertSource) reads: a fleet's leaf (`SharedSelfSigned`) and an
+//! ACME fleet's certificates are written this way, their keys sealed with a seal key.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use tls_etcd::store::object::{decode, encode};
+//! use tls_seal::{KeyRing, SealKey};
+//!
+//! let ring = KeyRing::from_keys([SealKey::generate()?])?;
+//! let data = BTreeMap::from([("order.key".to_owned(), b"-----BEGIN PRIVATE KEY-----".to_vec())]);
+//! let annotations = BTreeMap::from([("url".to_owned(), "https://ca.example/order/1".to_owned())]);
+//! let bytes = encode("/p/fleets/web/acme/state/names/a", &data, &annotations, &ring, &["order.key"])?;
+//! assert!(!String::from_utf8_lossy(&bytes).contains("PRIVATE KEY"));
+//! let opened = decode("/p/fleets/web/acme/state/names/a", &bytes, &ring, &["order.key"]).unwrap();
+//! assert_eq!((opened.data, opened.annotations), (data, annotations));
+//! # Ok::<(), tls_seal::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use tls_seal::{Location, Seal};
-use tls_selfsigned::fleet::{Annotations, Content, Data};
 
 use crate::value::{SEALED_SUFFIX, sealed_location};
 
-const ANNOTATIONS: &str = "annotations";
+/// The field of an object's annotations.
+pub const ANNOTATIONS: &str = "annotations";
+
+/// An object's values, by name (PEM or other text; sealed ones as opened).
+pub type Data = BTreeMap<String, Vec<u8>>;
+/// An object's annotations: text by name, never sealed.
+pub type Annotations = BTreeMap<String, String>;
 
 /// An object as read: its values (sealed ones opened), its annotations, and whether a value
 /// wants sealing again (opened with a key that no longer seals, or adopted unsealed).
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Opened {
-    pub(crate) data: Data,
-    pub(crate) annotations: Annotations,
-    pub(crate) reseal: bool,
+#[non_exhaustive]
+pub struct Opened {
+    /// The values, sealed ones opened.
+    pub data: Data,
+    /// The annotations.
+    pub annotations: Annotations,
+    /// Whether a value wants sealing again: written again, it is sealed with the seal's
+    /// current key.
+    pub reseal: bool,
 }
 
 impl std::fmt::Debug for Opened {
@@ -31,24 +61,30 @@ impl std::fmt::Debug for Opened {
     }
 }
 
-/// Why an object could not be read.
-#[derive(Debug)]
-pub(crate) enum Unreadable {
+/// Why an object could not be read. Neither says what the value held.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unreadable {
     /// Not the JSON of an object (garbage put by hand): the reason, never the content.
+    #[error("{0}")]
     Malformed(String),
     /// A sealed value (or one that must be sealed) does not open.
+    #[error(transparent)]
     Sealed(tls_seal::Error),
 }
 
-/// Encodes `content` as the value of `key`, the values named in `sealed` put through `seal`
-/// (with [`tls_seal::Plain`] they stay text).
-pub(crate) fn encode(
+/// Encodes `data` and `annotations` as the value of `key`, the values named in `sealed` put
+/// through `seal` (with [`tls_seal::Plain`] they stay text).
+///
+/// # Errors
+/// The seal's, when it cannot seal.
+pub fn encode(
     key: &str,
-    content: &Content,
+    data: &Data,
+    annotations: &Annotations,
     seal: &dyn Seal,
     sealed: &[&str],
 ) -> Result<Vec<u8>, tls_seal::Error> {
-    let (data, annotations) = content;
     let mut object = serde_json::Map::new();
     for (name, value) in data {
         let stored = if sealed.contains(&name.as_str()) {
@@ -80,8 +116,12 @@ pub(crate) fn encode(
 
 /// Decodes the value of `key`, opening the values named in `sealed` with `seal` (a value that
 /// must be sealed but is stored as text is refused by a key ring unless it adopts unsealed
-/// values, and wants sealing then).
-pub(crate) fn decode(
+/// values, and wants sealing then). Sealed values not named in `sealed` are opened too.
+///
+/// # Errors
+/// [`Unreadable::Malformed`] for what is not an object's JSON, [`Unreadable::Sealed`] for a
+/// value that does not open.
+pub fn decode(
     key: &str,
     bytes: &[u8],
     seal: &dyn Seal,
@@ -148,7 +188,7 @@ mod tests {
 
     use super::*;
 
-    fn content() -> Content {
+    fn content() -> (Data, Annotations) {
         (
             Data::from([
                 ("tls.crt".into(), b"-----BEGIN CERTIFICATE-----\n".to_vec()),
@@ -164,16 +204,24 @@ mod tests {
         )
     }
 
+    fn encode_content(
+        key: &str,
+        (data, annotations): &(Data, Annotations),
+        seal: &dyn Seal,
+    ) -> Vec<u8> {
+        encode(key, data, annotations, seal, &["tls.key"]).unwrap()
+    }
+
     #[test]
     fn an_object_reads_back_as_written_sealed_or_not() {
         let ring = KeyRing::from_keys([SealKey::from_bytes([3; 32])]).unwrap();
         for seal in [&Plain as &dyn Seal, &ring] {
-            let bytes = encode("/f/web/tls", &content(), seal, &["tls.key"]).unwrap();
+            let bytes = encode_content("/f/web/tls", &content(), seal);
             let opened = decode("/f/web/tls", &bytes, seal, &["tls.key"]).unwrap();
             assert_eq!((opened.data, opened.annotations), content());
             assert!(!opened.reseal);
         }
-        let sealed = encode("/f/web/tls", &content(), &ring, &["tls.key"]).unwrap();
+        let sealed = encode_content("/f/web/tls", &content(), &ring);
         let text = String::from_utf8(sealed.clone()).unwrap();
         assert!(
             text.contains("\"tls.key.sealed\"") && !text.contains("secret"),
@@ -189,7 +237,7 @@ mod tests {
             Err(Unreadable::Sealed(_))
         ));
         // Stored unsealed where a ring expects it sealed: refused.
-        let plain = encode("/f/web/tls", &content(), &Plain, &["tls.key"]).unwrap();
+        let plain = encode_content("/f/web/tls", &content(), &Plain);
         assert!(matches!(
             decode("/f/web/tls", &plain, &ring, &["tls.key"]),
             Err(Unreadable::Sealed(_))

@@ -1,7 +1,6 @@
 //! A fleet sharing one ACME state in Kubernetes Secrets (feature `k8s`): the holder of a Lease
-//! orders and renews (a driver term per leadership term, every write fenced by its round:
-//! `store/kube.rs` has the Secrets), every replica serves what is stored, answers the CA's
-//! challenges and shows each certificate's status from the record its leader stored.
+//! leads (`super::lead`; `store/kube.rs` has the Secrets), every replica serves the
+//! certificates' Secrets and watches the account, the challenges and the records.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -21,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 use crate::driver::{Driver, Tx};
 use crate::record::Record;
 use crate::status::NameStatus;
-use crate::store::Term;
 use crate::store::kube::{
     ACCOUNT_ANNOTATION, CERTIFICATE_LABEL, RECORD, REPLACED_ANNOTATION, STATE_LABEL,
     THUMBPRINT_ANNOTATION, certificate_secret, state_secret,
@@ -68,7 +66,7 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
         lock = lock.timing(lease, renew, retry);
     }
     let lease = lock.spawn(token.child_token());
-    let mut leadership = lease.leadership();
+    let leadership = lease.leadership();
     let forwarded = lease.leadership();
     // When this future is dropped (the source was), a leader releases its Lease so that
     // another replica leads within a retry period.
@@ -82,36 +80,13 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
     });
     let served = serve(&config, &driver.groups, &tx);
     let watched = watch_state(&driver, &config, leadership.clone());
-    let lead = async {
-        loop {
-            let Ok(now) = leadership.wait_for(|l| l.leading).await.map(|l| l.clone()) else {
-                return;
-            };
-            tracing::info!(fleet = %config.name, round = now.round, "leading the ACME fleet: ordering and renewing");
-            if let Err(e) = driver
-                .store
-                .begin_term(Term {
-                    round: now.round,
-                    holder: config.identity.clone(),
-                })
-                .await
-            {
-                tracing::warn!(fleet = %config.name, error = %e, "cannot begin the ACME term");
-            }
-            // The leader serves through the watch too: what the driver sends goes nowhere.
-            // The term's state (the budget, the records) is dropped with the driver's future.
-            let (sink, _) = tokio::sync::mpsc::unbounded_channel();
-            tokio::select! {
-                () = driver.run_term(&sink) => {}
-                _ = leadership.wait_for(|l| !l.leading || l.round != now.round) => {
-                    tracing::info!(fleet = %config.name, round = now.round, "no longer leading the ACME fleet: its orders are left for the next leader");
-                }
-            }
-            if let Err(e) = driver.store.end_term().await {
-                tracing::warn!(fleet = %config.name, error = %e, "cannot end the ACME term");
-            }
-        }
-    };
+    let lead = super::lead(
+        &driver,
+        &config.name,
+        &config.identity,
+        leadership.clone(),
+        |l: &Leadership| l.leading.then_some(l.round),
+    );
     let forward = async {
         let mut leadership = forwarded;
         loop {

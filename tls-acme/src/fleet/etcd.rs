@@ -1,0 +1,212 @@
+//! A fleet sharing one ACME state in etcd (feature `etcd`): the holder of the writer key
+//! `PREFIX/fleets/NAME/writer` leads (`super::lead`; `store/etcd.rs` has the keys), every
+//! replica serves `acme/certs/` through an `EtcdCertsSource` and watches `acme/state/`: the
+//! account's thumbprint (HTTP-01), the TLS-ALPN-01 challenges, the records (its status).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, PoisonError};
+
+use futures::StreamExt as _;
+use tls_etcd::store::{Event, Leadership, WriterLease, object};
+use tls_etcd::{Etcd, EtcdCertsSource};
+use tls_seal::Seal;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::challenge::ChallengeType;
+use crate::driver::{Driver, Tx};
+use crate::record::Record;
+use crate::status::NameStatus;
+use crate::store::etcd::{ACCOUNT_URL, Keys, REPLACED, THUMBPRINT};
+
+/// How the fleet is reached and elected.
+pub(crate) struct FleetConfig {
+    pub(crate) etcd: Etcd,
+    pub(crate) keys: Keys,
+    pub(crate) name: String,
+    pub(crate) identity: String,
+    pub(crate) lease: WriterLease,
+    /// Opens the certificates' sealed keys.
+    pub(crate) seal: Arc<dyn Seal>,
+    pub(crate) leadership: Arc<watch::Sender<Leadership>>,
+    /// Cancelled once the replica has stopped and its lease is revoked (or given up).
+    pub(crate) released: CancellationToken,
+}
+
+impl fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetConfig")
+            .field("keys", &self.keys)
+            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs a replica of the fleet: the election, the watch of the fleet's state, the
+/// certificates served (into `tx`) and, while this replica leads, the driver. Everything stops
+/// when the returned future is dropped; a leader then revokes its lease, so that another leads
+/// at once.
+pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
+    let FleetConfig {
+        etcd,
+        keys,
+        name,
+        identity,
+        lease,
+        seal,
+        leadership: forward_to,
+        released,
+    } = config;
+    let token = CancellationToken::new();
+    let _stop = token.clone().drop_guard();
+    let lease = lease.spawn(&token);
+    let leadership = lease.leadership();
+    tokio::spawn({
+        let token = token.clone();
+        async move {
+            token.cancelled().await;
+            lease.stop();
+            lease.stopped().await;
+            released.cancel();
+        }
+    });
+    let served = async {
+        let mut certs = EtcdCertsSource::builder(etcd.clone(), keys.certs())
+            .seal(seal)
+            .build();
+        while let Some(item) = certs.next().await {
+            if tx.send(item).is_err() {
+                return;
+            }
+        }
+    };
+    let watched = watch_state(&driver, &etcd, &keys, &name, leadership.clone());
+    let lead = super::lead(
+        &driver,
+        &name,
+        &identity,
+        leadership.clone(),
+        |l: &Leadership| l.fence().map(|f| f.round),
+    );
+    let forward = async {
+        let mut leadership = leadership.clone();
+        loop {
+            forward_to.send_replace(leadership.borrow_and_update().clone());
+            if leadership.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::join!(served, watched, lead, forward);
+}
+
+/// The fleet's state under `acme/state/`, watched: the account's thumbprint for HTTP-01 and
+/// its URL, the TLS-ALPN-01 challenges for this replica's handshakes, each certificate's
+/// record for the status (on a replica that does not lead).
+async fn watch_state(
+    driver: &Driver,
+    etcd: &Etcd,
+    keys: &Keys,
+    fleet: &str,
+    leadership: watch::Receiver<Leadership>,
+) {
+    let account = format!("{}{}", keys.accounts(), driver.directory);
+    let challenges = keys.challenges(ChallengeType::TlsAlpn01);
+    let records = keys.records();
+    let configured: BTreeSet<&str> = driver.groups.iter().map(|g| g[0].as_str()).collect();
+    let mut published: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    // The challenges seen since a (re)list began: whatever else was published is gone.
+    let mut listed: Option<BTreeSet<String>> = None;
+    let mut events = tls_etcd::store::watch_prefix(etcd.clone(), keys.state());
+    while let Some(event) = events.next().await {
+        match event {
+            Event::Listing => listed = Some(BTreeSet::new()),
+            Event::Listed => {
+                let seen = listed.take().unwrap_or_default();
+                published.retain(|identifier, _| {
+                    let keep = seen.contains(identifier);
+                    if !keep {
+                        driver.challenges.clean_up(identifier);
+                    }
+                    keep
+                });
+            }
+            Event::Put { key, value, .. } => {
+                if key == account {
+                    account_seen(driver, &value, !leadership.borrow().leading);
+                } else if let Some(identifier) = key.strip_prefix(&challenges) {
+                    if let Some(seen) = &mut listed {
+                        seen.insert(identifier.to_owned());
+                    }
+                    if published.get(identifier) != Some(&value) {
+                        if let Err(e) =
+                            driver
+                                .challenges
+                                .present(&driver.provider, identifier, &value)
+                        {
+                            tracing::warn!(name = %identifier, error = %e, "cannot answer the published challenge");
+                        }
+                        published.insert(identifier.to_owned(), value);
+                    }
+                } else if let Some(certificate) = key.strip_prefix(&records)
+                    && configured.contains(certificate)
+                    && !leadership.borrow().leading
+                    && let Ok(record) = Record::from_json(&value)
+                {
+                    let status = NameStatus::from_record(&record, driver.clock.now());
+                    driver.status.send_modify(|s| {
+                        if let Some(entry) = s.names.get_mut(certificate) {
+                            *entry = status;
+                        }
+                    });
+                }
+            }
+            Event::Delete { key } => {
+                if key == account {
+                    *driver
+                        .thumbprint
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner) = None;
+                } else if let Some(identifier) = key.strip_prefix(&challenges)
+                    && published.remove(identifier).is_some()
+                {
+                    driver.challenges.clean_up(identifier);
+                }
+            }
+            Event::Failed(e) => {
+                tracing::warn!(%fleet, error = %e, "watching the ACME fleet's state failed; retrying");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The account's object as stored: its thumbprint answers HTTP-01 on every replica; its URL
+/// (and why it replaced another) is the status of a replica that does not lead. Only the
+/// annotations are read: the credentials stay sealed.
+fn account_seen(driver: &Driver, value: &[u8], follower: bool) {
+    let annotations = serde_json::from_slice::<serde_json::Value>(value)
+        .ok()
+        .and_then(|mut v| v.get_mut(object::ANNOTATIONS).map(serde_json::Value::take));
+    let text = |name: &str| {
+        annotations
+            .as_ref()
+            .and_then(|a| a.get(name))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    *driver
+        .thumbprint
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = text(THUMBPRINT);
+    if follower {
+        let (url, replaced) = (text(ACCOUNT_URL), text(REPLACED));
+        driver.status.send_modify(|s| {
+            s.account = url;
+            s.account_replaced = replaced;
+        });
+    }
+}
