@@ -12,8 +12,7 @@ use tls_reload::{ClientTls, FileSource, Reloader, Status};
 use tls_source::KeyedUpdate;
 use tls_test::{EtcdCluster, KubeDir, PATIENCE, TestCa, TestCert, TestServer};
 
-mod common;
-use common::Link;
+use tls_test::TcpLink as Link;
 
 fn etcd(cluster: &EtcdCluster) -> Etcd {
     Etcd::builder(cluster.endpoints())

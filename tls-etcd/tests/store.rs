@@ -9,8 +9,7 @@ use tls_test::{EtcdCluster, PATIENCE};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-mod common;
-use common::Link;
+use tls_test::TcpLink as Link;
 
 const TTL: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_millis(500);

@@ -22,6 +22,7 @@ mod pebble;
 mod probe;
 mod serve_process;
 mod server;
+mod tcp_link;
 
 pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
@@ -38,6 +39,7 @@ pub use probe::{
 };
 pub use serve_process::Serve;
 pub use server::{TestServer, answer_each};
+pub use tcp_link::TcpLink;
 
 /// The crypto provider of the workspace's tests, clients and test servers: aws-lc-rs, the
 /// default of `serve` and the examples (a test of ring says so where it builds its own).
