@@ -2394,6 +2394,119 @@ async fn etcd_shared_keeps_one_leaf_through_a_killed_and_a_paused_writer_and_a_r
     }
 }
 
+/// `serve --etcd-shared` with `--acme-*` and `--seal-key`: three replicas against Pebble on
+/// one port (127.0.0.1, .2, .3; the CA validates each name at a follower). The leader is killed
+/// (SIGKILL) once its first order is stored, the CA not yet told to validate: a survivor leads
+/// within the lease, resumes that order, and every survivor serves each name a chain of
+/// Pebble's, one order per name in all; the status names the new leader on every survivor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(all(pebble, etcd)),
+    ignore = "needs Pebble and etcd (apt-get install pebble etcd-server etcd-client)"
+)]
+async fn etcd_shared_acme_orders_each_name_once_and_a_killed_leaders_order_is_resumed() {
+    let cluster = tls_test::EtcdCluster::shared().expect("etcd");
+    let prefix = cluster.prefix("serve-acme");
+    let port = free_port();
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start_required()
+        .await;
+    let names = ["a.example.com", "b.example.com"];
+    pebble
+        .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))
+        .await;
+    pebble
+        .add_a(names[1], std::net::Ipv4Addr::new(127, 0, 0, 3))
+        .await;
+    let layer = pebble.layer().await;
+    layer.hold_next("/chalZ/", false);
+    let (directory, ca, root) = (
+        layer.directory_url(),
+        pebble.https_ca_file(),
+        pebble.issuing_root().await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(&dir.path().join("seal.key"));
+    let endpoints = cluster.endpoints().join(",");
+    let mut replicas = Vec::new();
+    for n in 1..=3 {
+        let (listen, id) = (format!("127.0.0.{n}:{port}"), format!("web-{n}"));
+        let args = [
+            "--listen",
+            &listen,
+            "--etcd",
+            &endpoints,
+            "--etcd-prefix",
+            &prefix,
+            "--etcd-shared",
+            "web",
+            "--identity",
+            &id,
+            "--etcd-lease-ttl",
+            "2s",
+            "--seal-key",
+            key.to_str().unwrap(),
+            "--acme-directory",
+            &directory,
+            "--acme-domain",
+            names[0],
+            "--acme-domain",
+            names[1],
+            "--acme-directory-ca",
+            ca.to_str().unwrap(),
+        ];
+        let serve = start(&args).await;
+        if n == 1 {
+            serve
+                .wait_status("the first replica leads", |s| {
+                    s["leader"]["leading"] == true
+                })
+                .await;
+        }
+        replicas.push(serve);
+    }
+    layer.until_held().await;
+    let round = replicas[0].status().await["leader"]["round"]
+        .as_u64()
+        .unwrap();
+    replicas.remove(0).signal("-KILL");
+
+    for serve in &replicas {
+        let status = serve
+            .wait_status("both names issued after the failover", |s| {
+                names
+                    .iter()
+                    .all(|n| s["acme"]["names"][n]["state"] == "valid")
+                    && s["leader"]["round"].as_u64() > Some(round)
+            })
+            .await;
+        assert_ne!(status["leader"]["holder"], "web-1", "{status}");
+        for name in names {
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            loop {
+                match tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root)).await
+                {
+                    Ok(served) => {
+                        assert!(served.chain.len() >= 2, "{name}: leaf and intermediate");
+                        break;
+                    }
+                    Err(e) if tokio::time::Instant::now() > deadline => panic!("{name}: {e}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+    }
+    assert_eq!(
+        pebble.orders(),
+        names.len(),
+        "one order per name: the killed leader's was resumed"
+    );
+    let stored = cluster.etcdctl(&["get", "--prefix", &prefix]);
+    assert!(!stored.contains("PRIVATE KEY"), "{stored}");
+    assert!(stored.contains("\"tls.key.sealed\""), "{stored}");
+}
+
 /// etcd's own faults under a `serve --etcd-shared --seal-key` fleet: its leader member
 /// killed, then two of three members down (no quorum). No handshake fails; without a quorum
 /// nobody writes; all recover by themselves. No private key is readable in etcd.
