@@ -83,7 +83,7 @@
 //!   the writer key `PREFIX/fleets/NAME/writer` (an etcd lease of `--etcd-lease-ttl`, default
 //!   15 s; `--identity` names this replica) in transactions fenced by its round; with
 //!   `--seal-key` every private key is stored sealed. The status JSON gains `leader` and `seal`
-//!   as with `--k8s-shared`. Not yet with `--acme-directory`.
+//!   as with `--k8s-shared`. With `--acme-directory`, ACME for a fleet on etcd (below).
 //! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
 //!   (one each; a DNS name or an IP address, RFC 8738; no wildcards, which need DNS-01),
 //!   served as its SNI route beside the default (an address's certificate to handshakes
@@ -103,7 +103,10 @@
 //!   `--acme-weekly-limit N` caps first orders per registered
 //!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With
 //!   `--k8s-shared NAMESPACE/NAME` instead of `--acme-state`, ACME for a fleet: the state in
-//!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers.
+//!   Secrets `NAME-acme-*`, the Lease holder orders, every replica serves and answers; with
+//!   `--etcd-shared NAME`, the same on etcd: the state under `PREFIX/fleets/NAME/acme/`, the
+//!   holder of the writer key orders (every write fenced by its round), and with `--seal-key`
+//!   every private key there is sealed (the certificates' too: every replica opens them).
 //! - `--session-tickets` issues TLS 1.3 session tickets a returning client resumes with on any
 //!   replica (off by default: each process its own session cache). `fleet` (with
 //!   `--k8s-shared NAMESPACE/NAME`): the Lease holder writes the keys into the Secret

@@ -829,6 +829,10 @@ impl FleetOf {
 }
 
 /// Runs the driver: one term for ever with a state directory, or as a replica of a fleet.
+#[cfg_attr(
+    not(any(feature = "k8s", feature = "etcd")),
+    allow(clippy::needless_pass_by_value) // without a fleet's feature, `FleetOf` has no value
+)]
 fn spawn(driver: Driver, fleet: Option<FleetOf>, tx: Tx) -> tokio::task::JoinHandle<()> {
     match fleet {
         #[cfg(feature = "k8s")]

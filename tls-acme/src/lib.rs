@@ -77,6 +77,12 @@
 //! An order in flight is stored before its challenge is answered, so a new leader resumes it;
 //! each leadership term reads the stored state afresh (the weekly budget included), so a
 //! replica that leads again continues from what the leaders between wrote.
+//!
+//! With the `etcd` feature, `AcmeBuilder::etcd` does the same outside Kubernetes: the holder
+//! of an etcd writer key leads (its round the key's `create_revision`), every write one
+//! transaction fenced by it, the state one key per certificate under
+//! `PREFIX/fleets/NAME/acme/`; with `AcmeBuilder::seal`, every private key there is sealed,
+//! the certificates' included.
 
 mod budget;
 mod builder;

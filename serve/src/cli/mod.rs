@@ -246,7 +246,8 @@ pub(crate) struct Cli {
     etcd_certs: bool,
     /// One self-signed certificate for every replica, kept under PREFIX/fleets/NAME/: the
     /// holder of the writer key generates and renews it, every replica serves it (the
-    /// self-signed flags and --seal-key apply; the status JSON gains `leader`)
+    /// self-signed flags and --seal-key apply; the status JSON gains `leader`). With
+    /// --acme-directory: the fleet's ACME state there instead, the writer orders and renews
     #[arg(long, value_name = "NAME", help_heading = ETCD)]
     etcd_shared: Option<String>,
     /// The writer lease's time to live with --etcd-shared (2s to 1d): a writer that stops

@@ -1,6 +1,6 @@
 //! A fleet's object as the JSON value of one etcd key: each value as text under its name, or,
 //! sealed, as the envelope in base64 under `NAME.sealed` (bound to the key and the name,
-//! [`sealed_location`](crate::sealed_location)); the annotations under `"annotations"`.
+//! [`sealed_location`]); the annotations under `"annotations"`.
 //!
 //! An object holding `tls.crt` and `tls.key` (or `tls.key.sealed`) is also a value
 //! [`EtcdCertSource`](crate::EtcdCertSource) reads: a fleet's leaf (`SharedSelfSigned`) and an
