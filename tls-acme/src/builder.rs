@@ -554,8 +554,8 @@ impl AcmeBuilder {
     ///
     /// # Errors
     /// [`Error::Config`]: no names, a name that is not a DNS name (or appears twice), a
-    /// wildcard without DNS-01, DNS-01 without a solver, no state directory, an unreadable
-    /// trust file, no crypto provider.
+    /// wildcard without DNS-01, DNS-01 without a solver, no state directory (or the state in
+    /// more than one place), an unreadable trust file, no crypto provider.
     pub fn build(mut self) -> Result<Acme, Error> {
         let (store, fleet) = self.store()?;
         let config = |reason: String| Error::Config(reason);
@@ -933,6 +933,28 @@ mod tests {
             reason.contains("192.0.2.7") && reason.contains("cannot be proven by dns-01"),
             "{reason}"
         );
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn the_state_is_kept_in_one_place() {
+        let etcd = || tls_etcd::Etcd::builder(["127.0.0.1:2379"]).build().unwrap();
+        let reason = config_error(builder().name("a.example.com").etcd(
+            etcd(),
+            "/p/",
+            "web",
+            "web-0",
+        ));
+        assert!(reason.contains("more than one place"), "{reason}");
+        let fleet = Acme::builder("https://acme.invalid/directory")
+            .crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .name("a.example.com")
+            .etcd(etcd(), "/p/", "web", "web-0")
+            .build()
+            .expect("a fleet on etcd needs no directory");
+        assert!(fleet.etcd_leadership().is_some());
+        #[cfg(feature = "k8s")]
+        assert!(fleet.leadership().is_none(), "not a fleet in Kubernetes");
     }
 
     #[test]
