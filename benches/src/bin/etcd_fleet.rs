@@ -7,8 +7,12 @@
 //! - **failover**: SIGKILL of the writer to the first write of the next one (the writer key
 //!   taken again, seen by polling etcd every 5 ms), against the lease TTL, three times.
 //!
+//! The fleet shares the self-signed CA (`--self-signed-ca`), or with `--acme` it is an ACME
+//! fleet (`--acme-*`) against Pebble (Debian `pebble`) for three names, measured once every
+//! replica shows them valid.
+//!
 //! Build serve first: `cargo build --release -p tls-rotation-serve -p benches --bin etcd_fleet`,
-//! then `target/release/etcd_fleet [--quick]` (`--quick`: 15 s of steady state).
+//! then `target/release/etcd_fleet [--quick] [--acme]` (`--quick`: 15 s of steady state).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,7 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tls_etcd::Etcd;
-use tls_test::{EtcdCluster, Serve};
+use tls_test::{EtcdCluster, Pebble, Serve};
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -40,29 +44,72 @@ struct Replica {
     metrics: SocketAddr,
 }
 
-async fn start(cluster: &EtcdCluster, id: usize) -> Replica {
+/// The names of an ACME fleet (Pebble resolves every name to 127.0.0.1).
+const NAMES: [&str; 3] = ["a.example.com", "b.example.com", "c.example.com"];
+
+/// With `--acme`: Pebble, validating TLS-ALPN-01 at 127.0.0.1:`port`, where replica 0
+/// listens (the others on 127.0.0.2 and .3, the same port).
+struct Acme {
+    pebble: Pebble,
+    port: u16,
+}
+
+async fn start(cluster: &EtcdCluster, id: usize, acme: Option<&Acme>) -> Replica {
     let metrics = tls_test::free_port();
     let endpoints = cluster.endpoints().join(",");
     let ttl = format!("{}s", TTL.as_secs());
     let (metrics_arg, identity) = (metrics.to_string(), format!("web-{id}"));
-    let serve = Serve::start(
-        &serve_bin(),
-        &[
-            "--etcd",
-            &endpoints,
-            "--etcd-shared",
-            "web",
-            "--identity",
-            &identity,
-            "--etcd-lease-ttl",
-            &ttl,
-            "--self-signed-ca",
-            "--metrics",
-            &metrics_arg,
-        ],
-    )
-    .await;
+    let mut args: Vec<String> = [
+        "--etcd",
+        &endpoints,
+        "--etcd-shared",
+        "web",
+        "--identity",
+        &identity,
+        "--etcd-lease-ttl",
+        &ttl,
+        "--metrics",
+        &metrics_arg,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    match acme {
+        None => args.push("--self-signed-ca".to_owned()),
+        Some(acme) => {
+            args.extend([
+                "--listen".to_owned(),
+                format!("127.0.0.{}:{}", id + 1, acme.port),
+                "--acme-directory".to_owned(),
+                acme.pebble.directory_url(),
+                "--acme-directory-ca".to_owned(),
+                acme.pebble.https_ca_file().display().to_string(),
+            ]);
+            for name in NAMES {
+                args.extend(["--acme-domain".to_owned(), name.to_owned()]);
+            }
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let serve = Serve::start(&serve_bin(), &args).await;
     Replica { serve, metrics }
+}
+
+/// Waits until every replica shows every ACME name valid.
+async fn until_issued(replicas: &[Option<Replica>]) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for replica in replicas.iter().flatten() {
+        loop {
+            let (status, _) = replica.serve.get().await;
+            if NAMES
+                .iter()
+                .all(|n| status["acme"]["names"][n]["state"] == "valid")
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not issued: {status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// `tls_etcd_requests_total` by request kind, from the replica's /metrics.
@@ -115,6 +162,13 @@ async fn wait_leader(replicas: &[Option<Replica>]) -> usize {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let acme = if std::env::args().any(|a| a == "--acme") {
+        let port = tls_test::free_port().port();
+        let pebble = Pebble::builder().tls_port(port).start_required().await;
+        Some(Acme { pebble, port })
+    } else {
+        None
+    };
     let steady = if quick {
         Duration::from_secs(15)
     } else {
@@ -128,9 +182,17 @@ async fn main() {
     let writer_key = "/tls-rotation/fleets/web/writer";
     let mut replicas: Vec<Option<Replica>> = Vec::new();
     for id in 0..3 {
-        replicas.push(Some(start(&cluster, id).await));
+        replicas.push(Some(start(&cluster, id, acme.as_ref()).await));
     }
     let leader = wait_leader(&replicas).await;
+    if let Some(acme) = &acme {
+        until_issued(&replicas).await;
+        println!(
+            "{} names issued, {} orders",
+            NAMES.len(),
+            acme.pebble.orders()
+        );
+    }
     // Settled: the writer has written, the followers listed.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -193,7 +255,10 @@ async fn main() {
             (TTL + retry).as_secs_f64()
         );
         drop(killed);
-        replicas[leader] = Some(start(&cluster, leader).await);
+        replicas[leader] = Some(start(&cluster, leader, acme.as_ref()).await);
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    if let Some(acme) = &acme {
+        println!("orders in all: {}", acme.pebble.orders());
     }
 }

@@ -118,14 +118,22 @@ async fn watch_state(
     let records = keys.records();
     let configured: BTreeSet<&str> = driver.groups.iter().map(|g| g[0].as_str()).collect();
     let mut published: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    // The challenges seen since a (re)list began: whatever else was published is gone.
-    let mut listed: Option<BTreeSet<String>> = None;
+    // The challenges seen since a (re)list began (whatever else was published is gone), and
+    // whether the account was.
+    let mut listed: Option<(BTreeSet<String>, bool)> = None;
     let mut events = tls_etcd::store::watch_prefix(etcd.clone(), keys.state());
     while let Some(event) = events.next().await {
         match event {
-            Event::Listing => listed = Some(BTreeSet::new()),
+            Event::Listing => listed = Some((BTreeSet::new(), false)),
             Event::Listed => {
-                let seen = listed.take().unwrap_or_default();
+                let (seen, account_seen) = listed.take().unwrap_or_default();
+                if !account_seen {
+                    // Deleted while the watch was down (or never stored).
+                    *driver
+                        .thumbprint
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner) = None;
+                }
                 published.retain(|identifier, _| {
                     let keep = seen.contains(identifier);
                     if !keep {
@@ -136,9 +144,12 @@ async fn watch_state(
             }
             Event::Put { key, value, .. } => {
                 if key == account {
-                    account_seen(driver, &value, !leadership.borrow().leading);
+                    if let Some((_, seen)) = &mut listed {
+                        *seen = true;
+                    }
+                    account_stored(driver, &value, !leadership.borrow().leading);
                 } else if let Some(identifier) = key.strip_prefix(&challenges) {
-                    if let Some(seen) = &mut listed {
+                    if let Some((seen, _)) = &mut listed {
                         seen.insert(identifier.to_owned());
                     }
                     if published.get(identifier) != Some(&value) {
@@ -187,7 +198,7 @@ async fn watch_state(
 /// The account's object as stored: its thumbprint answers HTTP-01 on every replica; its URL
 /// (and why it replaced another) is the status of a replica that does not lead. Only the
 /// annotations are read: the credentials stay sealed.
-fn account_seen(driver: &Driver, value: &[u8], follower: bool) {
+fn account_stored(driver: &Driver, value: &[u8], follower: bool) {
     let annotations = serde_json::from_slice::<serde_json::Value>(value)
         .ok()
         .and_then(|mut v| v.get_mut(object::ANNOTATIONS).map(serde_json::Value::take));
