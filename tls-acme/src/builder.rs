@@ -437,8 +437,11 @@ impl AcmeBuilder {
     /// thumbprint). An order in flight is stored (`acme/state/orders/<first name>`) before a
     /// challenge is answered: a new leader resumes it instead of placing another. With a
     /// [`seal`](Self::seal), every private key is sealed: the account's, each order's and
-    /// each certificate's (every replica opens the certificates' with it). `identity` names
-    /// this replica (e.g. the host name).
+    /// each certificate's (every replica opens the certificates' with it); a replica that
+    /// cannot open the stored account (no seal key, a value altered in etcd) serves what it
+    /// has, never campaigns, and says why in [`AcmeStatus::account_error`] (it reconsiders
+    /// when the account changes or it restarts). `identity` names this replica (e.g. the host
+    /// name).
     ///
     /// A fleet name is for one fleet: a self-signed fleet (`tls_etcd::SharedSelfSigned`) of
     /// the same name would share its writer key.

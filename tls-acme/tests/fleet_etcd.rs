@@ -327,9 +327,18 @@ async fn with_a_seal_no_private_key_is_readable_in_etcd_and_a_new_leader_resumes
     assert!(done.contains("\"tls.key.sealed\""), "{done}");
     assert!(done.contains("BEGIN CERTIFICATE"), "{done}");
 
-    // A replica without the seal leads (the others stopped) but cannot use the account: its
-    // status says why, naming the value, and it registers no other.
+    // A replica without the seal key cannot open the account: it says so and does not
+    // campaign, so nobody leads (the others stopped) and nothing is registered or written.
     drop((b, c));
+    let writer = format!("{prefix}fleets/web/writer");
+    tokio::time::timeout(PATIENCE, async {
+        while keys(cluster, &prefix).contains(&writer) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the stopped leader released the writer key");
+    let before = keys(cluster, &prefix);
     let plain = Replica::start(cluster, &prefix, ca, 1, port, &names, |b| b).await;
     let status = plain
         .server
@@ -337,8 +346,17 @@ async fn with_a_seal_no_private_key_is_readable_in_etcd_and_a_new_leader_resumes
         .await;
     let error = status.account_error.unwrap();
     assert!(
-        error.contains("account.json") && error.contains("no seal key"),
+        error.contains("account.json")
+            && error.contains("no seal key")
+            && error.contains("does not lead"),
         "{error}"
+    );
+    // Refused at the list, before it could ever campaign.
+    assert!(!plain.leading());
+    assert_eq!(
+        keys(cluster, &prefix),
+        before,
+        "no writer key, nothing written"
     );
     assert_eq!(pebble.log_matching("POST /sign-me-up"), 1, "one account");
 }

@@ -546,13 +546,14 @@ enum FleetFlags {
     },
 }
 
-/// The etcd prefix of `--etcd-shared`'s keys without `--etcd-prefix`.
+/// The etcd prefix of every key serve reads or writes without `--etcd-prefix`.
 const DEFAULT_ETCD_PREFIX: &str = "/tls-rotation/";
 
-/// This replica's name in a Lease: `--identity`, else `$POD_NAME` or the host name.
 /// The writer lease's default TTL with `--etcd-shared`.
 const DEFAULT_ETCD_LEASE_TTL: Duration = Duration::from_secs(15);
 
+/// This replica's name in a Lease (or as etcd's writer): `--identity`, else `$POD_NAME` or the
+/// host name.
 fn identity(given: Option<String>) -> Result<String, String> {
     given.or_else(default_identity).ok_or_else(|| {
         "--k8s-shared and --etcd-shared need --identity (no POD_NAME, no host name)".to_owned()

@@ -1,7 +1,10 @@
 //! A fleet sharing one ACME state in etcd (feature `etcd`): the holder of the writer key
 //! `PREFIX/fleets/NAME/writer` leads (`super::lead`; `store/etcd.rs` has the keys), every
 //! replica serves `acme/certs/` through an `EtcdCertsSource` and watches `acme/state/`: the
-//! account's thumbprint (HTTP-01), the TLS-ALPN-01 challenges, the records (its status).
+//! account's thumbprint (HTTP-01), the TLS-ALPN-01 challenges, the records (its status). A
+//! replica campaigns only once it has seen that it can open the stored account (with its
+//! seal), as the self-signed fleet's replicas do: one without the seal key, or with an account
+//! altered in etcd, serves what it has and never leads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -18,7 +21,7 @@ use crate::challenge::ChallengeType;
 use crate::driver::{Driver, Tx};
 use crate::record::Record;
 use crate::status::NameStatus;
-use crate::store::etcd::{ACCOUNT_URL, Keys, REPLACED, THUMBPRINT};
+use crate::store::etcd::{ACCOUNT_JSON, ACCOUNT_URL, Keys, REPLACED, THUMBPRINT};
 
 /// How the fleet is reached and elected.
 pub(crate) struct FleetConfig {
@@ -62,7 +65,9 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
     } = config;
     let token = CancellationToken::new();
     let _stop = token.clone().drop_guard();
-    let lease = lease.spawn(&token);
+    // Not a candidate until the state is listed and the account opens.
+    let (candidate, candidacy) = watch::channel(false);
+    let lease = lease.candidate(candidacy).spawn(&token);
     let leadership = lease.leadership();
     tokio::spawn({
         let token = token.clone();
@@ -75,7 +80,7 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
     });
     let served = async {
         let mut certs = EtcdCertsSource::builder(etcd.clone(), keys.certs())
-            .seal(seal)
+            .seal(Arc::clone(&seal))
             .build();
         while let Some(item) = certs.next().await {
             if tx.send(item).is_err() {
@@ -83,7 +88,13 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
             }
         }
     };
-    let watched = watch_state(&driver, &etcd, &keys, &name, leadership.clone());
+    let watched = watch_state(
+        &driver,
+        (&etcd, &keys, &name),
+        &*seal,
+        leadership.clone(),
+        &candidate,
+    );
     let lead = super::lead(
         &driver,
         &name,
@@ -105,13 +116,14 @@ pub(crate) async fn run(driver: Driver, config: FleetConfig, tx: Tx) {
 
 /// The fleet's state under `acme/state/`, watched: the account's thumbprint for HTTP-01 and
 /// its URL, the TLS-ALPN-01 challenges for this replica's handshakes, each certificate's
-/// record for the status (on a replica that does not lead).
+/// record for the status (on a replica that does not lead); and whether this replica may
+/// lead (`candidate`): whether it opens the account stored, if any, with `seal`.
 async fn watch_state(
     driver: &Driver,
-    etcd: &Etcd,
-    keys: &Keys,
-    fleet: &str,
+    (etcd, keys, fleet): (&Etcd, &Keys, &str),
+    seal: &dyn Seal,
     leadership: watch::Receiver<Leadership>,
+    candidate: &watch::Sender<bool>,
 ) {
     let account = format!("{}{}", keys.accounts(), driver.directory);
     let challenges = keys.challenges(ChallengeType::TlsAlpn01);
@@ -133,6 +145,7 @@ async fn watch_state(
                         .thumbprint
                         .write()
                         .unwrap_or_else(PoisonError::into_inner) = None;
+                    opens(driver, candidate, None);
                 }
                 published.retain(|identifier, _| {
                     let keep = seen.contains(identifier);
@@ -148,6 +161,14 @@ async fn watch_state(
                         *seen = true;
                     }
                     account_stored(driver, &value, !leadership.borrow().leading);
+                    // Only a seal's refusal keeps this replica from leading: a value that
+                    // is no account's JSON is the leader's to report.
+                    seal.reload(); // a key ring's files may have changed
+                    let refused = match object::decode(&key, &value, seal, &[ACCOUNT_JSON]) {
+                        Err(object::Unreadable::Sealed(e)) => Some(e),
+                        _ => None,
+                    };
+                    opens(driver, candidate, refused);
                 } else if let Some(identifier) = key.strip_prefix(&challenges) {
                     if let Some((seen, _)) = &mut listed {
                         seen.insert(identifier.to_owned());
@@ -181,6 +202,7 @@ async fn watch_state(
                         .thumbprint
                         .write()
                         .unwrap_or_else(PoisonError::into_inner) = None;
+                    opens(driver, candidate, None);
                 } else if let Some(identifier) = key.strip_prefix(&challenges)
                     && published.remove(identifier).is_some()
                 {
@@ -193,6 +215,30 @@ async fn watch_state(
             _ => {}
         }
     }
+}
+
+/// Whether this replica opens the stored account: a candidate for the writer key if it does;
+/// if not (`refused`), it steps down (the election revokes its lease) and its status says why.
+fn opens(driver: &Driver, candidate: &watch::Sender<bool>, refused: Option<tls_seal::Error>) {
+    let may_lead = refused.is_none();
+    if let Some(e) = refused {
+        let why = format!("{e}; this replica does not lead the ACME fleet");
+        tracing::warn!(error = %why, "the stored ACME account does not open with this replica's seal");
+        driver.status.send_modify(|s| s.account_error = Some(why));
+    } else if *candidate.borrow() != may_lead {
+        // Refused before: what this replica said is no longer so.
+        driver.status.send_if_modified(|s| {
+            let ours = s
+                .account_error
+                .as_deref()
+                .is_some_and(|e| e.ends_with("this replica does not lead the ACME fleet"));
+            if ours {
+                s.account_error = None;
+            }
+            ours
+        });
+    }
+    candidate.send_if_modified(|now| std::mem::replace(now, may_lead) != may_lead);
 }
 
 /// The account's object as stored: its thumbprint answers HTTP-01 on every replica; its URL

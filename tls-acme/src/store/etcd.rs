@@ -39,7 +39,7 @@ use crate::challenge::ChallengeType;
 use crate::record::Record;
 
 /// The account's credentials in its object (sealed).
-const ACCOUNT_JSON: &str = "account.json";
+pub(crate) const ACCOUNT_JSON: &str = "account.json";
 /// The annotations of an account: its URL, its key's thumbprint (public: HTTP-01's answers
 /// are `token.thumbprint`), why it replaced one that was gone.
 pub(crate) const ACCOUNT_URL: &str = "url";
