@@ -20,6 +20,7 @@ use std::time::Duration;
 use futures::Stream;
 use tls_seal::{Plain, Seal};
 use tls_selfsigned::SelfSigned;
+use tls_selfsigned::fleet::Candidacy;
 pub use tls_selfsigned::fleet::{StateAccess, WriterStats};
 use tokio::sync::{Mutex, mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -183,12 +184,12 @@ impl SharedSelfSigned {
     /// Outside a Tokio runtime.
     pub fn start(self, token: &CancellationToken) -> SharedSource {
         let token = token.child_token();
-        let (candidate_tx, candidate) = watch::channel(false);
-        let (access_tx, access) = watch::channel(StateAccess::Unknown);
+        let candidacy = Candidacy::default();
+        let access = candidacy.access();
         let lock = WriterLease::new(self.etcd.clone(), &self.prefix, &self.name, &*self.identity)
             .ttl(self.ttl)
             .retry_period(self.retry)
-            .candidate(candidate);
+            .candidate(candidacy.candidate());
         let writer_key = lock.key().to_owned();
         let lease = lock.spawn(&token);
         let leadership = lease.leadership();
@@ -216,8 +217,7 @@ impl SharedSelfSigned {
             client: Mutex::new(None),
             reports: reports_tx,
             stats: stats_tx,
-            access: access_tx,
-            candidate: candidate_tx,
+            candidacy,
         };
         let done = CancellationToken::new();
         let ended = done.clone().drop_guard();

@@ -11,7 +11,9 @@ use etcd_client::Client;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use tls_seal::Seal;
-use tls_selfsigned::fleet::{self, CaChange, CaState, Content, KeyCheck, PlanError, StoredCa};
+use tls_selfsigned::fleet::{
+    self, CaChange, CaState, Candidacy, Content, KeyCheck, PlanError, StoredCa,
+};
 use tls_selfsigned::{CaRotation, Clock, SelfSigned, Unfit};
 use tls_source::Backoff;
 use tls_source::clock::Rfc3339;
@@ -19,7 +21,7 @@ use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{StateAccess, WriterStats};
+use super::WriterStats;
 use crate::store::object::{self, Opened, Unreadable};
 use crate::store::{Fence, FencedError, FencedKeys, Leadership, LeaseHandle};
 use crate::watch::{Event, Range, Watch};
@@ -49,8 +51,8 @@ pub(crate) struct Writer {
     pub(crate) client: Mutex<Option<Client>>,
     pub(crate) reports: mpsc::UnboundedSender<tls_source::Error>,
     pub(crate) stats: watch::Sender<WriterStats>,
-    pub(crate) access: watch::Sender<StateAccess>,
-    pub(crate) candidate: watch::Sender<bool>,
+    /// Whether this replica can open what is stored, and so campaigns.
+    pub(crate) candidacy: Candidacy,
 }
 
 /// What a check found wrong.
@@ -129,14 +131,14 @@ impl Writer {
     pub(crate) async fn run(self: Arc<Self>, lease: LeaseHandle, token: CancellationToken) {
         let mut leadership = lease.leadership();
         if !self.sealing {
-            self.set_access(StateAccess::Open);
+            self.may_lead();
         }
         let mut changes = self.changes();
         let mut keys = KeyCheck::new(&*self.seal);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut retry: Option<Instant> = self.sealing.then(Instant::now);
         loop {
-            let open = *self.access.borrow() == StateAccess::Open;
+            let open = self.candidacy.is_open();
             enum Wake {
                 Lead(u64),
                 Probe,
@@ -159,7 +161,7 @@ impl Writer {
                     match self.read().await {
                         Ok(_) => {
                             backoff.reset();
-                            self.set_access(StateAccess::Open);
+                            self.may_lead();
                         }
                         Err(ReadError::Sealed(err)) => {
                             backoff.reset();
@@ -258,32 +260,19 @@ impl Writer {
         Ok(read)
     }
 
-    fn set_access(&self, access: StateAccess) {
-        let candidate = access == StateAccess::Open;
-        self.access.send_if_modified(|now| {
-            if *now == access {
-                return false;
-            }
-            if matches!(now, StateAccess::Refused { .. }) && candidate {
-                tracing::info!(key = %self.tls_key, "the fleet's state opens again; this replica may lead");
-            }
-            *now = access;
-            true
-        });
-        self.candidate
-            .send_if_modified(|now| std::mem::replace(now, candidate) != candidate);
+    /// This replica can open what is stored: it campaigns.
+    fn may_lead(&self) {
+        if self.candidacy.open() {
+            tracing::info!(key = %self.tls_key, "the fleet's state opens again; this replica may lead");
+        }
     }
 
-    /// What is stored cannot be opened: reported once per reason; this replica stops
-    /// campaigning (a leader steps down and revokes its lease).
+    /// What is stored cannot be opened: reported (once per reason), and this replica stops
+    /// campaigning (a leader steps down and gives up the writer).
     fn refuse(&self, err: tls_seal::Error) {
-        let access = StateAccess::Refused {
-            reason: err.to_string(),
-        };
-        if *self.access.borrow() != access {
+        if self.candidacy.refuse(err.to_string()) {
             self.report(Report::Sealed(err));
         }
-        self.set_access(access);
     }
 
     async fn lead(

@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) use plan::fuzz_ca_state;
+use tls_selfsigned::fleet::Candidacy;
 pub use tls_selfsigned::fleet::{StateAccess, WriterStats};
 use writer::Writer;
 
@@ -260,15 +261,15 @@ impl SharedSelfSigned {
     /// Outside a Tokio runtime.
     pub fn start(self, token: &CancellationToken) -> SharedSource {
         let token = token.child_token();
-        let (candidate_tx, candidate) = watch::channel(false);
-        let (access_tx, access) = watch::channel(StateAccess::Unknown);
+        let candidacy = Candidacy::default();
+        let access = candidacy.access();
         let mut lock = LeaseLock::new(
             self.client.clone(),
             &self.namespace,
             self.lease.clone(),
             self.identity.clone(),
         )
-        .candidate(candidate);
+        .candidate(candidacy.candidate());
         if let Some((lease, renew, retry)) = self.timing {
             lock = lock.timing(lease, renew, retry);
         }
@@ -308,8 +309,7 @@ impl SharedSelfSigned {
             } else {
                 sealed::Sealed::Nothing
             },
-            access: access_tx,
-            candidate: candidate_tx,
+            candidacy,
         };
         let done = CancellationToken::new();
         let ended = done.clone().drop_guard();

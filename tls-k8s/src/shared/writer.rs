@@ -19,11 +19,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use tls_selfsigned::fleet::{self, CaChange, CaState, Content, KeyCheck, PlanError, StoredCa};
+use tls_selfsigned::fleet::{
+    self, CaChange, CaState, Candidacy, Content, KeyCheck, PlanError, StoredCa,
+};
 
+use super::WriterStats;
 use super::plan;
 use super::sealed::{self, Opened, Sealed};
-use super::{StateAccess, WriterStats};
 use crate::fenced::Stored;
 use crate::store::{Fence, FencedSecret, Leadership, LeaseHandle, Written};
 
@@ -49,10 +51,8 @@ pub(crate) struct Writer {
     pub(crate) seal: Arc<dyn Seal>,
     /// What of the TLS Secret is sealed (its `tls.key`, when asked).
     pub(crate) tls_sealed: Sealed,
-    /// Whether this replica can open what is stored.
-    pub(crate) access: watch::Sender<StateAccess>,
-    /// Whether it campaigns for the Lease (the lock's `candidate`).
-    pub(crate) candidate: watch::Sender<bool>,
+    /// Whether this replica can open what is stored, and so campaigns.
+    pub(crate) candidacy: Candidacy,
 }
 
 /// The Secrets as read, opened.
@@ -158,7 +158,7 @@ impl Writer {
         let sealed = self.watched(self.tls_sealed != Sealed::Nothing);
         let anything_sealed = !sealed.is_empty();
         if !anything_sealed {
-            self.set_access(StateAccess::Open);
+            self.may_lead();
         }
         let mut probes = futures::stream::select_all(sealed);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
@@ -174,7 +174,7 @@ impl Writer {
             Nothing,
         }
         loop {
-            let open = *self.access.borrow() == StateAccess::Open;
+            let open = self.candidacy.is_open();
             // The branches only say what woke it (a `watch::Ref` is not held across an await).
             let wake = tokio::select! {
                 () = token.cancelled() => break,
@@ -211,7 +211,7 @@ impl Writer {
         match self.read().await {
             Ok(_) => {
                 backoff.reset();
-                self.set_access(StateAccess::Open);
+                self.may_lead();
                 None
             }
             Err(ReadError::Sealed(err)) => {
@@ -260,33 +260,19 @@ impl Writer {
         )
     }
 
-    /// This replica can open what is stored (`Open`), or cannot and says why once.
-    fn set_access(&self, access: StateAccess) {
-        let candidate = access == StateAccess::Open;
-        self.access.send_if_modified(|now| {
-            if *now == access {
-                return false;
-            }
-            if matches!(now, StateAccess::Refused { .. }) && candidate {
-                tracing::info!(secret = %self.tls.id(), "the shared store's state opens again; this replica may lead");
-            }
-            *now = access;
-            true
-        });
-        self.candidate
-            .send_if_modified(|now| std::mem::replace(now, candidate) != candidate);
+    /// This replica can open what is stored: it campaigns.
+    fn may_lead(&self) {
+        if self.candidacy.open() {
+            tracing::info!(secret = %self.tls.id(), "the shared store's state opens again; this replica may lead");
+        }
     }
 
     /// What is stored cannot be opened: reported (once per reason), and this replica stops
-    /// campaigning (a leader steps down and releases the Lease).
+    /// campaigning (a leader steps down and gives up the writer).
     fn refuse(&self, err: tls_seal::Error) {
-        let access = StateAccess::Refused {
-            reason: err.to_string(),
-        };
-        if *self.access.borrow() != access {
+        if self.candidacy.refuse(err.to_string()) {
             self.report(Report::Sealed(err));
         }
-        self.set_access(access);
     }
 
     /// The changes of `secret`, the first event being its state as listed.

@@ -306,6 +306,68 @@ impl serde::Serialize for StateAccess {
     }
 }
 
+/// A replica's access to its fleet's stored state and, with it, whether it is a candidate for
+/// the writer (a Kubernetes Lease, an etcd writer key): what both stores' writers keep. It
+/// starts [`Unknown`](StateAccess::Unknown), not a candidate; a candidate exactly while
+/// [`Open`](StateAccess::Open).
+#[derive(Debug)]
+pub struct Candidacy {
+    access: tokio::sync::watch::Sender<StateAccess>,
+    candidate: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Candidacy {
+    fn default() -> Self {
+        Self {
+            access: tokio::sync::watch::Sender::new(StateAccess::Unknown),
+            candidate: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl Candidacy {
+    /// The access, as the status shows it.
+    pub fn access(&self) -> tokio::sync::watch::Receiver<StateAccess> {
+        self.access.subscribe()
+    }
+
+    /// Whether this replica campaigns (an election's `candidate`).
+    pub fn candidate(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.candidate.subscribe()
+    }
+
+    /// Whether the state opens now.
+    pub fn is_open(&self) -> bool {
+        *self.access.borrow() == StateAccess::Open
+    }
+
+    /// The state opens (or there is none yet): a candidate. Returns whether it had been
+    /// refused (for the caller to say, naming its store, that it opens again).
+    pub fn open(&self) -> bool {
+        let reopened = matches!(*self.access.borrow(), StateAccess::Refused { .. });
+        self.set(StateAccess::Open);
+        reopened
+    }
+
+    /// The state does not open, for `reason`: not a candidate (a leader steps down). Returns
+    /// whether the reason is new (for the caller to report it once).
+    pub fn refuse(&self, reason: String) -> bool {
+        self.set(StateAccess::Refused { reason })
+    }
+
+    fn set(&self, access: StateAccess) -> bool {
+        let candidate = access == StateAccess::Open;
+        let changed = self.access.send_if_modified(|now| {
+            let changed = *now != access;
+            *now = access;
+            changed
+        });
+        self.candidate
+            .send_if_modified(|now| std::mem::replace(now, candidate) != candidate);
+        changed
+    }
+}
+
 /// How often a writer re-reads the seal's key files ([`KeyCheck`]): a changed key set makes it
 /// look at what is stored again (a leader seals again what a key that no longer seals had
 /// sealed; a replica refused may open it now).

@@ -225,3 +225,31 @@ fn the_next_check_is_the_earliest_due_and_never_a_tight_loop() {
         "the year 9999 does not overflow"
     );
 }
+
+#[test]
+fn a_candidacy_follows_whether_the_state_opens_and_says_what_is_new() {
+    let candidacy = Candidacy::default();
+    let (access, candidate) = (candidacy.access(), candidacy.candidate());
+    assert_eq!(*access.borrow(), StateAccess::Unknown);
+    assert!(
+        !*candidate.borrow(),
+        "not a candidate before the state is read"
+    );
+    assert!(!candidacy.open(), "nothing was refused");
+    assert!(*candidate.borrow() && candidacy.is_open());
+    assert!(candidacy.refuse("does not open".into()), "a new reason");
+    assert!(!candidacy.refuse("does not open".into()), "reported once");
+    assert!(
+        candidacy.refuse("another key".into()),
+        "another reason is new"
+    );
+    assert!(!*candidate.borrow() && !candidacy.is_open());
+    assert_eq!(
+        *access.borrow(),
+        StateAccess::Refused {
+            reason: "another key".into()
+        }
+    );
+    assert!(candidacy.open(), "opens again after a refusal");
+    assert!(*candidate.borrow());
+}
