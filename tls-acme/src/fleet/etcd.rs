@@ -133,6 +133,8 @@ async fn watch_state(
     // The challenges seen since a (re)list began (whatever else was published is gone), and
     // whether the account was.
     let mut listed: Option<(BTreeSet<String>, bool)> = None;
+    // The refusal this replica put in its status, if any.
+    let mut said: Option<String> = None;
     let mut events = tls_etcd::store::watch_prefix(etcd.clone(), keys.state());
     while let Some(event) = events.next().await {
         match event {
@@ -145,7 +147,7 @@ async fn watch_state(
                         .thumbprint
                         .write()
                         .unwrap_or_else(PoisonError::into_inner) = None;
-                    opens(driver, candidate, None);
+                    opens(driver, candidate, &mut said, None);
                 }
                 published.retain(|identifier, _| {
                     let keep = seen.contains(identifier);
@@ -168,7 +170,7 @@ async fn watch_state(
                         Err(object::Unreadable::Sealed(e)) => Some(e),
                         _ => None,
                     };
-                    opens(driver, candidate, refused);
+                    opens(driver, candidate, &mut said, refused);
                 } else if let Some(identifier) = key.strip_prefix(&challenges) {
                     if let Some((seen, _)) = &mut listed {
                         seen.insert(identifier.to_owned());
@@ -202,7 +204,7 @@ async fn watch_state(
                         .thumbprint
                         .write()
                         .unwrap_or_else(PoisonError::into_inner) = None;
-                    opens(driver, candidate, None);
+                    opens(driver, candidate, &mut said, None);
                 } else if let Some(identifier) = key.strip_prefix(&challenges)
                     && published.remove(identifier).is_some()
                 {
@@ -219,19 +221,24 @@ async fn watch_state(
 
 /// Whether this replica opens the stored account: a candidate for the writer key if it does;
 /// if not (`refused`), it steps down (the election revokes its lease) and its status says why.
-fn opens(driver: &Driver, candidate: &watch::Sender<bool>, refused: Option<tls_seal::Error>) {
+fn opens(
+    driver: &Driver,
+    candidate: &watch::Sender<bool>,
+    said: &mut Option<String>,
+    refused: Option<tls_seal::Error>,
+) {
     let may_lead = refused.is_none();
     if let Some(e) = refused {
         let why = format!("{e}; this replica does not lead the ACME fleet");
         tracing::warn!(error = %why, "the stored ACME account does not open with this replica's seal");
-        driver.status.send_modify(|s| s.account_error = Some(why));
-    } else if *candidate.borrow() != may_lead {
-        // Refused before: what this replica said is no longer so.
+        driver
+            .status
+            .send_modify(|s| s.account_error = Some(why.clone()));
+        *said = Some(why);
+    } else if let Some(why) = said.take() {
+        // What this replica said is no longer so (unless the account's own error replaced it).
         driver.status.send_if_modified(|s| {
-            let ours = s
-                .account_error
-                .as_deref()
-                .is_some_and(|e| e.ends_with("this replica does not lead the ACME fleet"));
+            let ours = s.account_error.as_ref() == Some(&why);
             if ours {
                 s.account_error = None;
             }
