@@ -351,10 +351,25 @@ impl Driver {
     /// Withdraws the challenge answers a previous run published and did not withdraw (it
     /// stopped in the middle of an order), but those for the identifiers `in_flight`.
     async fn withdraw_leftovers(&self, in_flight: &std::collections::HashSet<&str>) {
-        let leftover = |p: &crate::store::Published| {
-            let identifier = p.name.trim_start_matches("_acme-challenge.");
-            !in_flight.contains(identifier)
-        };
+        self.withdraw_where(|identifier| !in_flight.contains(identifier))
+            .await;
+    }
+
+    /// Withdraws the challenge answers published for the names of `group`: those of a stored
+    /// order that is not resumed (the CA gave it up, or the names changed).
+    async fn withdraw_for(&self, group: &[String]) {
+        self.withdraw_where(|identifier| {
+            group
+                .iter()
+                .any(|name| name.trim_start_matches("*.") == identifier)
+        })
+        .await;
+    }
+
+    /// Withdraws the answers published for the identifiers `pred` picks.
+    async fn withdraw_where(&self, pred: impl Fn(&str) -> bool) {
+        let leftover =
+            |p: &crate::store::Published| pred(p.name.trim_start_matches("_acme-challenge."));
         match self.store.published().await {
             Ok(mut published) => {
                 published.retain(leftover);
@@ -629,12 +644,15 @@ impl Driver {
         };
         let mut resumed = None;
         if let Some(stored) = stored {
-            match term.ca.resume(&stored.url).await {
+            match term.ca.resume(&stored.url, group).await {
                 Some(placed) => {
                     tracing::info!(name = %name, order = %stored.url, "resuming the stored ACME order");
                     resumed = Some((placed, stored.key_pem));
                 }
-                None => self.store.forget_in_flight(name).await.map_err(kept)?,
+                None => {
+                    self.withdraw_for(group).await;
+                    self.store.forget_in_flight(name).await.map_err(kept)?;
+                }
             }
         }
         let mut asked = None;

@@ -464,10 +464,25 @@ impl Ca {
         }
     }
 
-    /// The order at `url`, if the CA still has it and it can still complete.
-    pub(crate) async fn resume(&self, url: &str) -> Option<Placed> {
+    /// The order at `url`, if the CA still has it, it can still complete, and it is for the
+    /// names of `group` (the names of a certificate may have changed since it was placed: a CSR
+    /// for the new ones would not match it).
+    pub(crate) async fn resume(&self, url: &str, group: &[String]) -> Option<Placed> {
         let mut order = nonce_safe!(self.account.order(url.to_owned()).await).ok()?;
-        (order.state().status != OrderStatus::Invalid).then_some(Placed(order))
+        if order.state().status == OrderStatus::Invalid {
+            return None;
+        }
+        let mut ordered = Vec::new();
+        {
+            let mut identifiers = order.identifiers();
+            while let Some(identifier) = identifiers.next().await {
+                ordered.push(identifier.ok()?.to_string().to_ascii_lowercase());
+            }
+        }
+        let mut wanted: Vec<String> = group.iter().map(|n| n.to_ascii_lowercase()).collect();
+        ordered.sort_unstable();
+        wanted.sort_unstable();
+        (ordered == wanted).then_some(Placed(order))
     }
 
     /// Places an order for `group`, under `profile` when given; with `replaces`, naming that
