@@ -9,7 +9,7 @@
 //! PREFIX/fleets/NAME/acme/state/records/<first name> each certificate's record
 //! PREFIX/fleets/NAME/acme/state/orders/<first name>  its order in flight: order.key (sealed), its URL
 //! PREFIX/fleets/NAME/acme/state/challenges/tls-alpn-01/<identifier>  a key authorization digest
-//! PREFIX/fleets/NAME/acme/state/challenges/dns-01/<record name>      a TXT value published
+//! PREFIX/fleets/NAME/acme/state/challenges/dns-01/<record name>/<tag> a TXT value published (tag: of the value)
 //! ```
 //!
 //! One key per certificate (and one for its record, one for its order): no read-modify-write
@@ -288,8 +288,14 @@ impl EtcdStore {
         }
     }
 
+    /// A TLS-ALPN-01 answer by its identifier (every replica answers it); a DNS-01 value by its
+    /// record name and the value's tag (two values may share a record).
     fn published_at(&self, challenge: &Published) -> String {
-        format!("{}{}", self.keys.challenges(challenge.kind), challenge.name)
+        let prefix = self.keys.challenges(challenge.kind);
+        match challenge.kind {
+            ChallengeType::Dns01 => format!("{prefix}{}/{}", challenge.name, challenge.value_tag()),
+            _ => format!("{prefix}{}", challenge.name),
+        }
     }
 
     async fn read_published(&self) -> Result<Vec<Published>, Error> {
@@ -302,9 +308,12 @@ impl EtcdStore {
                 .await
                 .map_err(|e| error(&prefix, e))?;
             published.extend(found.into_iter().filter_map(|(key, value)| {
+                let name = key.strip_prefix(&prefix)?;
+                // A DNS-01 value's tag after its record name (none in what older versions wrote).
+                let name = name.split_once('/').map_or(name, |(name, _tag)| name);
                 Some(Published {
                     kind,
-                    name: key.strip_prefix(&prefix)?.to_owned(),
+                    name: name.to_owned(),
                     value,
                 })
             }));
@@ -381,7 +390,22 @@ impl AcmeStore for EtcdStore {
     }
 
     fn withdraw<'a>(&'a self, challenge: &'a Published) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.delete(&self.published_at(challenge)).await })
+        Box::pin(async move {
+            // What an earlier version kept, untagged, if it is this value.
+            if challenge.kind == ChallengeType::Dns01 {
+                let untagged =
+                    format!("{}{}", self.keys.challenges(challenge.kind), challenge.name);
+                let stored = self
+                    .fenced
+                    .get(&untagged)
+                    .await
+                    .map_err(|e| error(&untagged, e))?;
+                if stored.as_ref() == Some(&challenge.value) {
+                    self.delete(&untagged).await?;
+                }
+            }
+            self.delete(&self.published_at(challenge)).await
+        })
     }
 
     fn begin_term(&self, term: Term) -> StoreFuture<'_, ()> {

@@ -458,7 +458,11 @@ impl KubeStore {
     /// replica answers them, by identifier), DNS-01 records in the state Secret.
     fn published_at(&self, challenge: &Published) -> (&FencedSecret, String) {
         match challenge.kind {
-            ChallengeType::Dns01 => (&self.state, format!("dns01.{}", challenge.name)),
+            // The value's tag first: an apex and its wildcard publish two values at one record.
+            ChallengeType::Dns01 => (
+                &self.state,
+                format!("dns01.{}.{}", challenge.value_tag(), challenge.name),
+            ),
             _ => (&self.challenges, challenge.name.clone()),
         }
     }
@@ -474,9 +478,15 @@ impl KubeStore {
         }
         if let Some(stored) = Self::read(&self.state).await? {
             published.extend(stored.data.into_iter().filter_map(|(key, value)| {
+                let key = key.strip_prefix("dns01.")?;
+                // Older versions wrote no tag: a record name starts with `_acme-challenge.`.
+                let name = match key.split_once('.') {
+                    Some((_tag, name)) if !key.starts_with("_acme-challenge.") => name,
+                    _ => key,
+                };
                 Some(Published {
                     kind: ChallengeType::Dns01,
-                    name: key.strip_prefix("dns01.")?.to_owned(),
+                    name: name.to_owned(),
                     value,
                 })
             }));
@@ -567,7 +577,18 @@ impl AcmeStore for KubeStore {
     fn withdraw<'a>(&'a self, challenge: &'a Published) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let (secret, key) = self.published_at(challenge);
-            self.change(secret, &[(key, None)]).await
+            let mut keys = vec![(key, None)];
+            // What an earlier version kept, untagged, if it is this value.
+            if challenge.kind == ChallengeType::Dns01 {
+                let untagged = format!("dns01.{}", challenge.name);
+                if Self::read(secret)
+                    .await?
+                    .is_some_and(|s| s.data.get(&untagged) == Some(&challenge.value))
+                {
+                    keys.push((untagged, None));
+                }
+            }
+            self.change(secret, &keys).await
         })
     }
 
@@ -670,6 +691,44 @@ mod tests {
         let old: BTreeMap<String, Vec<u64>> =
             serde_json::from_slice(&json).expect("the earlier format");
         assert_eq!(old["example.com"].len(), 3);
+    }
+
+    /// An apex and its wildcard publish two DNS-01 values at one record: each is kept and
+    /// withdrawn on its own, and what an earlier version kept (untagged) is read too.
+    #[tokio::test]
+    async fn two_dns_01_values_at_one_record_are_kept_apart() {
+        let api = tls_test::KubeApi::start().await;
+        api.put_secret(
+            "default",
+            "web-acme-state",
+            &[("dns01._acme-challenge.old.example.com", b"old-value")],
+        );
+        let store = store(&api);
+        store
+            .begin_term(Term {
+                round: 1,
+                holder: "replica-1".into(),
+            })
+            .await
+            .unwrap();
+        let value = |v: &str| Published {
+            kind: ChallengeType::Dns01,
+            name: "_acme-challenge.example.com".into(),
+            value: v.as_bytes().to_vec(),
+        };
+        store.publish(&value("apex")).await.unwrap();
+        store.publish(&value("wildcard")).await.unwrap();
+        let mut published = store.published().await.unwrap();
+        published.sort_by(|a, b| a.value.cmp(&b.value));
+        let old = Published {
+            kind: ChallengeType::Dns01,
+            name: "_acme-challenge.old.example.com".into(),
+            value: b"old-value".to_vec(),
+        };
+        assert_eq!(published, [value("apex"), old.clone(), value("wildcard")]);
+        store.withdraw(&value("apex")).await.unwrap();
+        store.withdraw(&old).await.unwrap();
+        assert_eq!(store.published().await.unwrap(), [value("wildcard")]);
     }
 
     #[test]

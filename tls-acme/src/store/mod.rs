@@ -99,6 +99,16 @@ pub(crate) struct Published {
     pub(crate) value: Vec<u8>,
 }
 
+impl Published {
+    /// A short tag of the value (16 hex digits of its SHA-256), for the stores that keep one
+    /// key per answer: an apex and its wildcard publish two DNS-01 values at one record name,
+    /// each kept (and withdrawn) on its own.
+    pub(crate) fn value_tag(&self) -> String {
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(&self.value);
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 mod challenge_name {
     use serde::{Deserialize, Deserializer, Serializer};
 
