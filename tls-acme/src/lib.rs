@@ -96,6 +96,8 @@ mod metrics;
 mod order;
 mod plan;
 mod record;
+#[cfg(feature = "rfc2136")]
+pub mod rfc2136;
 mod status;
 mod store;
 #[cfg(feature = "test-util")]

@@ -13,6 +13,7 @@
 //! - [`EtcdCluster`]: a real etcd cluster of three members on loopback, shared by a test binary
 //!   or started by one test, whose members a test can kill and start again.
 
+mod bind;
 mod certs;
 mod etcd;
 mod kube_api;
@@ -24,6 +25,7 @@ mod serve_process;
 mod server;
 mod tcp_link;
 
+pub use bind::{Bind, BindBuilder, UNGRANTED_KEY, UPDATE_KEY};
 pub use certs::{
     KeyFormat, TestCa, TestCert, assert_no_key_material, fingerprint, fixture_encrypted_key,
     fixture_pair, new_year,

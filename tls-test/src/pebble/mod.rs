@@ -27,6 +27,7 @@ pub struct PebbleBuilder {
     tls_port: u16,
     validity: Option<u64>,
     nonce_reject: u8,
+    dns_server: Option<SocketAddr>,
 }
 
 impl PebbleBuilder {
@@ -47,6 +48,13 @@ impl PebbleBuilder {
     /// The port Pebble's validator connects to for TLS-ALPN-01. Default: 5001, Pebble's own.
     pub fn tls_port(mut self, port: u16) -> Self {
         self.tls_port = port;
+        self
+    }
+
+    /// The DNS server Pebble's validator asks (a [`Bind`](crate::Bind), say) in place of
+    /// challtestsrv: names then resolve as that server says, and DNS-01 records are read there.
+    pub fn dns_server(mut self, addr: SocketAddr) -> Self {
+        self.dns_server = Some(addr);
         self
     }
 
@@ -129,6 +137,7 @@ impl Pebble {
             tls_port: 5001,
             validity: None,
             nonce_reject: 0,
+            dns_server: None,
         }
     }
 
@@ -183,7 +192,7 @@ impl Pebble {
             .arg(&file)
             .arg("-strict=false")
             .arg("-dnsserver")
-            .arg(dns.to_string())
+            .arg(config.dns_server.unwrap_or(dns).to_string())
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", config.nonce_reject.to_string())
             .env("PEBBLE_AUTHZREUSE", "0");
@@ -385,7 +394,7 @@ fn rustls_pemfile_certs(reader: &mut dyn io::BufRead) -> Vec<CertificateDer<'sta
 }
 
 /// Runs `command` with its output appended, line by line, to `log` (killed when dropped).
-fn run(mut command: Command, what: &str, log: &Arc<Mutex<Vec<String>>>) -> Child {
+pub(crate) fn run(mut command: Command, what: &str, log: &Arc<Mutex<Vec<String>>>) -> Child {
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -415,7 +424,7 @@ fn run(mut command: Command, what: &str, log: &Arc<Mutex<Vec<String>>>) -> Child
     child
 }
 
-async fn wait_listening(addr: SocketAddr, what: &str) {
+pub(crate) async fn wait_listening(addr: SocketAddr, what: &str) {
     let listening = tokio::time::timeout(PATIENCE, async {
         while TcpStream::connect(addr).await.is_err() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -451,7 +460,7 @@ pub fn free_port() -> SocketAddr {
 
 /// A loopback port free for both UDP and TCP (a DNS server listens on both), never one this
 /// process was given before.
-fn free_udp_and_tcp_port() -> SocketAddr {
+pub(crate) fn free_udp_and_tcp_port() -> SocketAddr {
     loop {
         let udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free UDP port");
         let addr = udp.local_addr().expect("its address");
