@@ -18,6 +18,7 @@
 //!       [--acme-directory URL --acme-domain NAME... --acme-state DIR
 //!        [--acme-email ADDR] [--acme-directory-ca PATH]
 //!        [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
+//!        [--acme-challenge dns-01 --acme-dns-server HOST:PORT --acme-dns-tsig-key FILE]
 //!        [--acme-eab-kid ID --acme-eab-key B64URL]
 //!        [--acme-weekly-limit N]
 //!        [--acme-profile NAME | --acme-profile-required NAME]]
@@ -85,12 +86,15 @@
 //!   `--seal-key` every private key is stored sealed. The status JSON gains `leader` and `seal`
 //!   as with `--k8s-shared`. With `--acme-directory`, ACME for a fleet on etcd (below).
 //! - `--acme-directory URL` gets a certificate from that ACME CA for each `--acme-domain`
-//!   (one each; a DNS name or an IP address, RFC 8738; no wildcards, which need DNS-01),
+//!   (one each; a DNS name, a wildcard with DNS-01, or an IP address, RFC 8738),
 //!   served as its SNI route beside the default (an address's certificate to handshakes
 //!   without a server name, as above; with no `--acme-profile`, `shortlived` is asked for
 //!   when the CA advertises it, the only profile Let's Encrypt issues addresses under):
 //!   TLS-ALPN-01 is answered on `--listen` (the CA's validation gets through before anything
-//!   is stored), HTTP-01 with `--acme-challenge http-01` on `--acme-http-listen`. The account,
+//!   is stored), HTTP-01 with `--acme-challenge http-01` on `--acme-http-listen`, DNS-01 with
+//!   `--acme-challenge dns-01` by RFC 2136 update signed with TSIG at `--acme-dns-server`
+//!   (the zone's primary) with the key of `--acme-dns-tsig-key` (BIND's format, not
+//!   world-readable; see `tls_acme::rfc2136`). The account,
 //!   the certificates and the orders in flight are kept in `--acme-state DIR`, so a restart
 //!   serves what is stored at once and orders nothing that still fits. `--acme-directory-ca`
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:

@@ -525,6 +525,13 @@ async fn acme(
     if let Some((kid, key)) = &options.eab {
         builder = builder.external_account(kid, key.0.clone());
     }
+    if let Some((server, key)) = &options.dns {
+        use tls_rotation::acme::rfc2136::{Rfc2136, TsigKey};
+        let key = TsigKey::from_file(key)?;
+        let solver = Rfc2136::new(server.clone(), key)
+            .map_err(|e| anyhow::anyhow!("--acme-dns-server: {e}"))?;
+        builder = builder.dns01_solver(std::sync::Arc::new(solver));
+    }
     Ok(builder.build()?)
 }
 

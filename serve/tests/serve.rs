@@ -1883,6 +1883,69 @@ async fn acme_http_01_is_answered_on_its_own_port() {
     );
 }
 
+/// DNS-01 through BIND 9 (RFC 2136 updates signed with TSIG): `--acme-domain '*.w.example.test'`
+/// with `--acme-challenge dns-01`, Pebble's validator reading the record from that BIND. The
+/// wildcard is served to `x.w.example.test`, verified against Pebble's root, and the zone is
+/// left as it was.
+#[cfg_attr(
+    not(all(pebble, bind)),
+    ignore = "needs Pebble and BIND 9 (apt install pebble bind9 bind9-dnsutils)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_dns_01_through_bind_serves_a_wildcard_and_leaves_the_zone_as_it_was() {
+    let bind = tls_test::Bind::builder()
+        .zone("example.test", &["*.w IN A 127.0.0.1"])
+        .grant("name _acme-challenge.w.example.test. TXT")
+        .start()
+        .await
+        .expect("BIND is needed (the test is ignored where it is not installed)");
+    let zone = |records: Vec<String>| -> Vec<String> {
+        records
+            .into_iter()
+            .filter(|r| !r.contains("\tSOA\t"))
+            .collect()
+    };
+    let before = zone(bind.zone_records("example.test").await);
+    let pebble = tls_test::Pebble::builder()
+        .dns_server(bind.addr())
+        .start_required()
+        .await;
+    let state = tempfile::tempdir().unwrap();
+    let (directory, ca, server, key) = (
+        pebble.directory_url(),
+        pebble.https_ca_file(),
+        bind.addr().to_string(),
+        bind.key_file(tls_test::UPDATE_KEY),
+    );
+    let serve = start(&[
+        "--acme-directory",
+        &directory,
+        "--acme-domain",
+        "*.w.example.test",
+        "--acme-directory-ca",
+        ca.to_str().unwrap(),
+        "--acme-state",
+        state.path().to_str().unwrap(),
+        "--acme-challenge",
+        "dns-01",
+        "--acme-dns-server",
+        &server,
+        "--acme-dns-tsig-key",
+        key.to_str().unwrap(),
+    ])
+    .await;
+    serve
+        .wait_status("the wildcard issued", |s| {
+            s["acme"]["names"]["*.w.example.test"]["state"] == "valid"
+        })
+        .await;
+    let root = pebble.issuing_root().await;
+    tls_test::probe_trusting(serve.addr, "x.w.example.test", std::slice::from_ref(&root))
+        .await
+        .unwrap();
+    assert_eq!(zone(bind.zone_records("example.test").await), before);
+}
+
 /// ACME for an IP address (RFC 8738): `--acme-domain 127.0.0.2` with serve listening there,
 /// validated by TLS-ALPN-01 at the address (the CA's server name is the address's
 /// reverse-mapping name); `127.0.0.3` by HTTP-01 (`Host: 127.0.0.3`); and `::1` both ways

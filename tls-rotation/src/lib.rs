@@ -14,6 +14,7 @@
 //! | `k8s` | `tls_rotation::k8s`: a Kubernetes Secret, or many by label selector (tls-k8s), and the `kube` client they take; with `acme`, the ACME fleet's Kubernetes store (`acme::AcmeBuilder::kubernetes`) |
 //! | `self-signed` | `tls_rotation::selfsigned`: self-signed and CA-signed certificates, renewed before expiry; with `k8s`, one for every replica (`k8s::SharedSelfSigned`, its CA sealed at rest with `k8s::seal`) |
 //! | `acme` | `tls_rotation::acme`: certificates from an ACME CA for many names, one SNI route each, challenges answered in the accept stream or over HTTP (tls-acme) |
+//! | `acme-rfc2136` | `tls_rotation::acme::rfc2136`: DNS-01 on any standard DNS server (BIND, Knot, `PowerDNS`, Windows DNS) by RFC 2136 updates signed with TSIG, for wildcards; turns `acme` on |
 //! | `etcd` | `tls_rotation::etcd`: the certificate at an etcd key, or every one under a prefix as SNI routes (tls-etcd), over TLS on a rustls config of yours; building it needs `protoc` |
 //! | `metrics` | metrics on the `metrics` facade, for every crate turned on |
 //! | `serde` | `Serialize` for [`Status`] and its parts, and with `k8s` for the fleet's `k8s::Leadership` and `k8s::StateAccess` (`acme::AcmeStatus` always serializes) |

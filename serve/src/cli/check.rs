@@ -113,6 +113,8 @@ impl Cli {
                 profile_required: self.acme_profile_required,
                 eab_kid: self.acme_eab_kid,
                 eab_key: self.acme_eab_key,
+                dns_server: self.acme_dns_server,
+                dns_tsig_key: self.acme_dns_tsig_key,
             },
             match (&self.k8s_shared, &self.etcd_shared) {
                 (Some(shared), _) => Some(FleetFlags::K8s {
@@ -397,7 +399,9 @@ impl Cli {
                 || flags.profile.is_some()
                 || flags.profile_required.is_some()
                 || flags.eab_kid.is_some()
-                || flags.eab_key.is_some();
+                || flags.eab_key.is_some()
+                || flags.dns_server.is_some()
+                || flags.dns_tsig_key.is_some();
             if given {
                 return Err("the --acme-* flags go with --acme-directory".into());
             }
@@ -411,12 +415,37 @@ impl Cli {
         if flags.domains.is_empty() {
             return Err("--acme-directory needs at least one --acme-domain".into());
         }
-        if let Some(wildcard) = flags.domains.iter().find(|d| d.starts_with("*.")) {
+        let challenge = flags.challenge.unwrap_or_default();
+        if challenge != ChallengeType::Dns01
+            && let Some(wildcard) = flags.domains.iter().find(|d| d.starts_with("*."))
+        {
             return Err(format!(
-                "--acme-domain {wildcard}: a wildcard can only be validated by dns-01, and serve has no DNS-01 solver (the tls-acme library takes one)"
+                "--acme-domain {wildcard}: a wildcard can only be validated by dns-01 (--acme-challenge dns-01 --acme-dns-server HOST:PORT --acme-dns-tsig-key FILE)"
             ));
         }
-        let challenge = flags.challenge.unwrap_or_default();
+        let dns = match (challenge, flags.dns_server, flags.dns_tsig_key) {
+            (ChallengeType::Dns01, Some(server), Some(key)) => {
+                // Read now, so that a bad key file stops serve at once, naming the file.
+                let tsig = tls_rotation::acme::rfc2136::TsigKey::from_file(&key)
+                    .map_err(|e| format!("--acme-dns-tsig-key: {e}"))?;
+                let solver = tls_rotation::acme::rfc2136::Rfc2136::new(server.clone(), tsig)
+                    .map_err(|e| format!("--acme-dns-server: {e}"))?;
+                Some((server, key, solver))
+            }
+            (ChallengeType::Dns01, _, _) => {
+                return Err(
+                    "--acme-challenge dns-01 needs --acme-dns-server HOST:PORT and --acme-dns-tsig-key FILE (the zone's primary, and the TSIG key its update-policy grants)"
+                        .into(),
+                );
+            }
+            (_, None, None) => None,
+            (_, _, _) => {
+                return Err(
+                    "--acme-dns-server and --acme-dns-tsig-key go with --acme-challenge dns-01"
+                        .into(),
+                );
+            }
+        };
         match (challenge, flags.http_listen) {
             (ChallengeType::Http01, None) => {
                 return Err(
@@ -482,7 +511,12 @@ impl Cli {
             }
         };
         // What the library refuses, refused here with the flag named (exit 2, not 1).
+        let solver = dns.as_ref().map(|(_, _, solver)| solver.clone());
         let check = |builder: tls_rotation::acme::AcmeBuilder| {
+            let builder = match &solver {
+                Some(solver) => builder.dns01_solver(std::sync::Arc::new(solver.clone())),
+                None => builder,
+            };
             builder
                 .crypto_provider(crypto_provider())
                 // Only checked: nothing is read or written at build.
@@ -525,6 +559,7 @@ impl Cli {
             weekly_limit: flags.weekly_limit,
             profile,
             eab,
+            dns: dns.map(|(server, key, _)| (server, key)),
         }))
     }
 }
@@ -574,6 +609,8 @@ struct AcmeFlags {
     profile_required: Option<String>,
     eab_kid: Option<String>,
     eab_key: Option<Secret>,
+    dns_server: Option<String>,
+    dns_tsig_key: Option<PathBuf>,
 }
 
 /// The reason of a configuration error, without the library's prefix.

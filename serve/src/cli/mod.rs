@@ -163,8 +163,8 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "URL", help_heading = ACME)]
     acme_directory: Option<String>,
     /// A DNS name or IP address to get a certificate for (repeatable; one certificate each;
-    /// an address's is served to handshakes without a server name; no wildcards: they need
-    /// DNS-01, which serve cannot answer)
+    /// an address's is served to handshakes without a server name; a wildcard such as
+    /// '*.example.com' needs --acme-challenge dns-01)
     #[arg(long, value_name = "NAME", help_heading = ACME)]
     acme_domain: Vec<String>,
     /// The account's contact address
@@ -178,14 +178,22 @@ pub(crate) struct Cli {
     /// restart serves what is stored and orders nothing that still fits
     #[arg(long, value_name = "DIR", help_heading = ACME)]
     acme_state: Option<PathBuf>,
-    /// tls-alpn-01 (answered on --listen) or http-01 (answered on --acme-http-listen)
-    /// [default: tls-alpn-01]
+    /// tls-alpn-01 (answered on --listen), http-01 (answered on --acme-http-listen) or dns-01
+    /// (published by RFC 2136 update at --acme-dns-server) [default: tls-alpn-01]
     #[arg(long, value_name = "TYPE", value_parser = acme_challenge, help_heading = ACME)]
     acme_challenge: Option<ChallengeType>,
     /// Answer HTTP-01 over plain HTTP on ADDR (port 80 for a public CA)
     #[arg(long, value_name = "ADDR", help_heading = ACME,
           value_parser = address("--acme-http-listen", "0.0.0.0:80"))]
     acme_http_listen: Option<SocketAddr>,
+    /// dns-01: the zone's primary DNS server, which takes RFC 2136 updates (HOST:PORT; HOST
+    /// alone for port 53)
+    #[arg(long, value_name = "HOST:PORT", help_heading = ACME)]
+    acme_dns_server: Option<String>,
+    /// dns-01: the TSIG key the updates are signed with, a file in BIND's format (as
+    /// tsig-keygen writes it; not readable by every user)
+    #[arg(long, value_name = "FILE", help_heading = ACME)]
+    acme_dns_tsig_key: Option<PathBuf>,
     /// How many certificates for new names may be ordered per registered domain in any seven
     /// days (Let's Encrypt's limit is 50); beyond it a name waits, without asking the CA
     #[arg(long, value_name = "N", default_value_t = tls_rotation::acme::DEFAULT_NEW_CERTIFICATES_PER_WEEK,
@@ -384,6 +392,8 @@ pub(crate) struct AcmeArgs {
     pub(crate) profile: Option<(String, bool)>,
     /// External account binding: the key id and the HMAC key.
     pub(crate) eab: Option<(String, EabKey)>,
+    /// dns-01: `--acme-dns-server` and `--acme-dns-tsig-key`.
+    pub(crate) dns: Option<(String, PathBuf)>,
 }
 
 /// Where the ACME state is kept.

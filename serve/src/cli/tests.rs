@@ -418,6 +418,70 @@ fn acme_flags_take_their_values_with_tls_alpn_01_by_default() {
     assert_eq!(addresses.domains, ["192.0.2.7", "2001:db8::7"]);
 }
 
+/// A TSIG key file as `tsig-keygen` writes it, with `mode`.
+fn tsig_key_file(mode: u32) -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("acme-update.key");
+    std::fs::write(
+        &path,
+        "key \"acme-update\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I=\";\n};\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn dns_01_takes_a_server_and_a_tsig_key_file_and_allows_wildcards() {
+    let (_dir, key) = tsig_key_file(0o600);
+    let dns_flags = |key: &str| -> Vec<String> {
+        [
+            "--acme-directory",
+            DIRECTORY,
+            "--acme-state",
+            "/tmp/acme",
+            "--acme-domain",
+            "*.example.com",
+            "--acme-domain",
+            "example.com",
+            "--acme-challenge",
+            "dns-01",
+            "--acme-dns-server",
+            "ns1.example.com:5353",
+            "--acme-dns-tsig-key",
+            key,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let args: Vec<String> = dns_flags(key.to_str().unwrap());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let acme = parse(&args).unwrap().acme.unwrap();
+    assert_eq!(acme.challenge, ChallengeType::Dns01);
+    assert_eq!(acme.domains, ["*.example.com", "example.com"]);
+    assert_eq!(
+        acme.dns,
+        Some(("ns1.example.com:5353".to_owned(), key.clone()))
+    );
+
+    // A key file every user may read is refused, naming it; the secret is never shown.
+    let (_open_dir, open) = tsig_key_file(0o644);
+    let args: Vec<String> = dns_flags(open.to_str().unwrap());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = parse(&args).expect_err("world-readable").to_string();
+    assert!(
+        text.contains("--acme-dns-tsig-key")
+            && text.contains("acme-update.key")
+            && text.contains("644"),
+        "{text}"
+    );
+    assert!(!text.contains("c2VjcmV0"), "{text}");
+    let args: Vec<String> = dns_flags("/nonexistent/acme.key");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    refused(&args, "--acme-dns-tsig-key", "/nonexistent/acme.key");
+}
+
 #[test]
 fn bad_acme_flags_exit_2_with_the_reason() {
     let base = ["--acme-directory", DIRECTORY, "--acme-state", "/tmp/acme"];
@@ -427,7 +491,7 @@ fn bad_acme_flags_exit_2_with_the_reason() {
     refused(
         &with(&["--acme-domain", "*.example.com"]),
         "--acme-domain *.example.com",
-        "serve has no DNS-01 solver",
+        "a wildcard can only be validated by dns-01 (--acme-challenge dns-01",
     );
     refused(
         &with(&[
@@ -437,7 +501,17 @@ fn bad_acme_flags_exit_2_with_the_reason() {
             "dns-01",
         ]),
         "--acme-challenge dns-01",
-        "no DNS-01 solver",
+        "needs --acme-dns-server HOST:PORT and --acme-dns-tsig-key FILE",
+    );
+    refused(
+        &with(&[
+            "--acme-domain",
+            "a.example.com",
+            "--acme-dns-server",
+            "ns1.example.com",
+        ]),
+        "--acme-dns-server and --acme-dns-tsig-key",
+        "go with --acme-challenge dns-01",
     );
     refused(
         &with(&[
@@ -447,7 +521,7 @@ fn bad_acme_flags_exit_2_with_the_reason() {
             "tls-sni-01",
         ]),
         "--acme-challenge tls-sni-01",
-        "expected tls-alpn-01 or http-01",
+        "expected tls-alpn-01, http-01 or dns-01",
     );
     refused(
         &with(&["--acme-domain", "10.0.0.256"]),

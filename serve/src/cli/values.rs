@@ -35,15 +35,8 @@ pub(super) fn secret(v: &str) -> Result<Secret, String> {
 
 /// `--acme-challenge`: what serve can answer.
 pub(super) fn acme_challenge(v: &str) -> Result<ChallengeType, String> {
-    match v.parse() {
-        Ok(ChallengeType::Dns01) => Err(format!(
-            "--acme-challenge {v}: serve has no DNS-01 solver (tls-alpn-01 or http-01)"
-        )),
-        Ok(challenge) => Ok(challenge),
-        Err(_) => Err(format!(
-            "--acme-challenge {v}: expected tls-alpn-01 or http-01"
-        )),
-    }
+    v.parse()
+        .map_err(|_| format!("--acme-challenge {v}: expected tls-alpn-01, http-01 or dns-01"))
 }
 
 /// `--acme-eab-key`: base64url, padded or not.

@@ -99,6 +99,7 @@ pub(crate) struct Published {
     pub(crate) value: Vec<u8>,
 }
 
+#[cfg(any(feature = "k8s", feature = "etcd"))]
 impl Published {
     /// A short tag of the value (16 hex digits of its SHA-256), for the stores that keep one
     /// key per answer: an apex and its wildcard publish two DNS-01 values at one record name,

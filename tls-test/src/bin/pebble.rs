@@ -2,8 +2,14 @@
 //! try `serve --acme-directory` on one machine:
 //!
 //! ```text
-//! cargo run -p tls-test --bin pebble -- [--tls-port PORT] [--http-port PORT]
+//! cargo run -p tls-test --bin pebble -- [--tls-port PORT] [--http-port PORT] [--bind]
 //! ```
+//!
+//! With `--bind`, also BIND 9 (Debian `bind9`, `bind9-dnsutils`) on a loopback port as the
+//! primary of `example.test` (`*.example.test` resolving to 127.0.0.1), whose `update-policy`
+//! lets the key `acme-update` change the TXT records of `_acme-challenge.example.test.` alone;
+//! Pebble then resolves through it, so a wildcard can be tried by DNS-01 (prints the server for
+//! `--acme-dns-server` and the key file for `--acme-dns-tsig-key`).
 //!
 //! Needs the Debian package `pebble` (`pebble` and `pebble-challtestsrv`). Pebble validates
 //! TLS-ALPN-01 on 127.0.0.1:`--tls-port` (default 5001) and HTTP-01 on 127.0.0.1:`--http-port`
@@ -13,7 +19,7 @@
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: pebble [--tls-port PORT] [--http-port PORT]";
+const USAGE: &str = "usage: pebble [--tls-port PORT] [--http-port PORT] [--bind]";
 
 fn port(value: Option<&str>, flag: &str) -> Result<u16, String> {
     value
@@ -24,6 +30,7 @@ fn port(value: Option<&str>, flag: &str) -> Result<u16, String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let mut builder = tls_test::Pebble::builder().tls_port(5001).http_port(5002);
+    let mut bind = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let parsed = match arg.as_str() {
@@ -32,6 +39,19 @@ async fn main() -> ExitCode {
             }
             "--http-port" => {
                 port(args.next().as_deref(), "--http-port").map(|p| builder.clone().http_port(p))
+            }
+            "--bind" => {
+                let started = tls_test::Bind::builder()
+                    .zone("example.test", &["* IN A 127.0.0.1", "@ IN A 127.0.0.1"])
+                    .grant("name _acme-challenge.example.test. TXT")
+                    .start()
+                    .await;
+                let Some(started) = started else {
+                    return ExitCode::FAILURE;
+                };
+                let next = builder.clone().dns_server(started.addr());
+                bind = Some(started);
+                Ok(next)
             }
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -69,6 +89,13 @@ async fn main() -> ExitCode {
     println!("directory: {}", pebble.directory_url());
     println!("directory CA (--acme-directory-ca): {}", ca.display());
     println!("issuing root: {}", root.display());
+    if let Some(bind) = &bind {
+        println!("DNS server (--acme-dns-server): {}", bind.addr());
+        println!(
+            "TSIG key (--acme-dns-tsig-key): {}",
+            bind.key_file(tls_test::UPDATE_KEY).display()
+        );
+    }
     // Stopped by Ctrl-C or SIGTERM: Pebble and challtestsrv are stopped with it.
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
