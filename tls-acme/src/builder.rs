@@ -21,6 +21,7 @@ use crate::Error;
 use crate::challenge::{ChallengeType, Challenges, Dns01Solver, Http01};
 use crate::driver::Profile;
 use crate::driver::{Driver, Tx};
+use crate::fallback::{CaConfig, FallbackCa};
 use crate::order::Trust;
 use crate::status::{AcmeStatus, NameStatus};
 use crate::store::AcmeStore;
@@ -84,6 +85,7 @@ impl Acme {
             directory: directory.into(),
             contact: Vec::new(),
             eab: None,
+            fallbacks: Vec::new(),
             groups: Vec::new(),
             state: None,
             challenge: ChallengeType::default(),
@@ -182,6 +184,7 @@ pub struct AcmeBuilder {
     directory: String,
     contact: Vec<String>,
     eab: Option<(String, Vec<u8>)>,
+    fallbacks: Vec<FallbackCa>,
     groups: Vec<Vec<String>>,
     state: Option<PathBuf>,
     challenge: ChallengeType,
@@ -256,6 +259,18 @@ impl AcmeBuilder {
     /// the HMAC key (decoded from its base64url).
     pub fn external_account(mut self, key_id: impl Into<String>, hmac_key: Vec<u8>) -> Self {
         self.eab = Some((key_id.into(), hmac_key));
+        self
+    }
+
+    /// Another CA, asked when the ones before it fail for a reason of theirs (unreachable, a
+    /// 5xx, `serverInternal`, `rateLimited`): repeatable, in order of preference after the
+    /// directory of [`Acme::builder`]. A failure of the name's own (a validation, `caa`,
+    /// `rejectedIdentifier`) is no reason to ask another CA. Each certificate records its
+    /// issuer ([`NameStatus::issuer`], [`NameStatus::fallback_reason`]); ARI is asked of it,
+    /// `replaces` is sent only to it, and every renewal starts with the preferred CA again.
+    /// See [`FallbackCa`].
+    pub fn fallback(mut self, ca: FallbackCa) -> Self {
+        self.fallbacks.push(ca);
         self
     }
 
@@ -563,6 +578,20 @@ impl AcmeBuilder {
         let (store, fleet) = self.store()?;
         let config = |reason: String| Error::Config(reason);
         let trust = self.trust.map_err(config)?;
+        let mut fallbacks = Vec::new();
+        for ca in self.fallbacks {
+            let trust = ca
+                .trust
+                .map_err(|e| config(format!("the fallback CA {}: {e}", ca.url)))?;
+            if ca.url == self.directory || fallbacks.iter().any(|f: &CaConfig| f.url == ca.url) {
+                return Err(config(format!("the CA {} is configured twice", ca.url)));
+            }
+            fallbacks.push(CaConfig {
+                url: ca.url,
+                eab: ca.eab,
+                trust,
+            });
+        }
         let provider = self
             .provider
             .or_else(tls_reload::default_crypto_provider)
@@ -598,7 +627,8 @@ impl AcmeBuilder {
         }
         let challenges = Arc::new(Challenges::default());
         let thumbprint = Arc::new(RwLock::new(None));
-        let http01 = Http01::new(seen, Arc::clone(&thumbprint));
+        let http01_tokens = Arc::default();
+        let http01 = Http01::new(seen, Arc::clone(&thumbprint), Arc::clone(&http01_tokens));
         let (status_tx, status) = watch::channel(AcmeStatus {
             directory: self.directory.clone(),
             names: self
@@ -613,6 +643,7 @@ impl AcmeBuilder {
             directory: self.directory,
             contact: self.contact,
             eab: self.eab,
+            fallbacks,
             groups: self.groups,
             store,
             challenge: self.challenge,
@@ -625,6 +656,7 @@ impl AcmeBuilder {
             per_week: self.per_week,
             challenges: Arc::clone(&challenges),
             thumbprint,
+            http01_tokens,
             status: status_tx,
             clock: self.clock,
             random: crate::driver::system_random(),

@@ -208,13 +208,21 @@ fn challenge_key(
 pub struct Http01 {
     names: Arc<HashSet<String>>,
     thumbprint: Arc<RwLock<Option<String>>>,
+    /// The answers of orders at a CA whose account has another thumbprint (a fallback CA's),
+    /// by token, while they are in progress.
+    tokens: Arc<RwLock<HashMap<String, String>>>,
 }
 
 impl Http01 {
-    pub(crate) fn new(names: HashSet<String>, thumbprint: Arc<RwLock<Option<String>>>) -> Self {
+    pub(crate) fn new(
+        names: HashSet<String>,
+        thumbprint: Arc<RwLock<Option<String>>>,
+        tokens: Arc<RwLock<HashMap<String, String>>>,
+    ) -> Self {
         Self {
             names: Arc::new(names),
             thumbprint,
+            tokens,
         }
     }
 
@@ -231,6 +239,14 @@ impl Http01 {
         let ours = host_name(host).is_some_and(|host| self.names.contains(&host));
         if !(valid_token && ours) {
             return None;
+        }
+        if let Some(answer) = self
+            .tokens
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(token)
+        {
+            return Some(answer.clone());
         }
         let thumbprint = self
             .thumbprint
@@ -352,7 +368,32 @@ mod tests {
         Http01::new(
             ["a.example.com".to_owned()].into_iter().collect(),
             Arc::new(RwLock::new(thumbprint.map(str::to_owned))),
+            Arc::default(),
         )
+    }
+
+    #[test]
+    fn http01_answers_a_fallback_cas_token_with_its_own_key_authorization() {
+        let tokens = Arc::new(RwLock::new(HashMap::new()));
+        let responder = Http01::new(
+            ["a.example.com".to_owned()].into_iter().collect(),
+            Arc::new(RwLock::new(Some("THUMB".to_owned()))),
+            Arc::clone(&tokens),
+        );
+        tokens
+            .write()
+            .unwrap()
+            .insert("other".to_owned(), "other.OTHER-THUMB".to_owned());
+        let answer = |token: &str| {
+            responder.answer(
+                "a.example.com",
+                &format!("/.well-known/acme-challenge/{token}"),
+            )
+        };
+        assert_eq!(answer("other").as_deref(), Some("other.OTHER-THUMB"));
+        assert_eq!(answer("mine").as_deref(), Some("mine.THUMB"));
+        tokens.write().unwrap().clear();
+        assert_eq!(answer("other").as_deref(), Some("other.THUMB"));
     }
 
     #[test]
@@ -372,6 +413,7 @@ mod tests {
         let addresses = Http01::new(
             ["192.0.2.7".to_owned(), "2001:db8::7".to_owned()].into(),
             Arc::new(RwLock::new(Some("THUMB".to_owned()))),
+            Arc::default(),
         );
         for host in [
             "192.0.2.7",

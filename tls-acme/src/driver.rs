@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use crate::Error;
 use crate::budget::Budget;
 use crate::challenge::{ChallengeType, Challenges, Dns01Solver};
+use crate::fallback::CaConfig;
 use crate::order::{self, Answering, Ca, Directory, Trust};
 use crate::plan::{self, Action, Failure, Held as PlanHeld, Settings};
 use crate::record::{FailureKind, Record, from_unix};
@@ -54,6 +55,8 @@ pub(crate) struct Driver {
     pub(crate) directory: String,
     pub(crate) contact: Vec<String>,
     pub(crate) eab: Option<(String, Vec<u8>)>,
+    /// The CAs after `directory`, in order of preference.
+    pub(crate) fallbacks: Vec<CaConfig>,
     pub(crate) groups: Vec<Vec<String>>,
     pub(crate) store: Arc<dyn AcmeStore>,
     pub(crate) challenge: ChallengeType,
@@ -66,6 +69,8 @@ pub(crate) struct Driver {
     pub(crate) per_week: u32,
     pub(crate) challenges: Arc<Challenges>,
     pub(crate) thumbprint: Arc<RwLock<Option<String>>>,
+    /// HTTP-01 answers of orders at a CA whose account's thumbprint is not `thumbprint`'s.
+    pub(crate) http01_tokens: Arc<RwLock<std::collections::HashMap<String, String>>>,
     pub(crate) status: watch::Sender<AcmeStatus>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) random: Random,
@@ -108,14 +113,26 @@ struct Issued {
     stored: StoredCert,
 }
 
-/// What one term holds: the CA through the account, and the weekly budget as the store had it
-/// when the term began (with what this term spent).
+/// What one term holds: each CA through its account (the preferred first; connected when
+/// first needed), and the weekly budget as the store had it when the term began (with what
+/// this term spent).
 struct Term {
-    ca: Ca,
+    cas: Vec<tokio::sync::Mutex<Option<Arc<Ca>>>>,
+    /// How many certificates were stored when the term began.
+    stored: usize,
     budget: tokio::sync::Mutex<(Budget, u64)>,
     /// The latest budget version stored (writers queue here; one write covers every spend
     /// made before it).
     budget_stored: tokio::sync::Mutex<u64>,
+}
+
+/// A certificate obtained: what it was ordered under, the index of the CA that issued it, and
+/// why that is not the preferred one.
+struct Obtained {
+    issued: Issued,
+    profile: Option<String>,
+    issuer: usize,
+    fallback_reason: Option<String>,
 }
 
 /// What is stored for a certificate when a term begins.
@@ -145,7 +162,9 @@ impl Driver {
             .buffered(LOAD_CONCURRENCY)
             .collect()
             .await;
-        let ca = self.account(stored).await;
+        let term_cas = (0..=self.fallbacks.len())
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
         // Answers left published by an order that stopped (a restart, a leader gone), except
         // those of an order in flight: the CA may be validating them, and it is resumed.
         let in_flight: std::collections::HashSet<&str> = self
@@ -164,20 +183,22 @@ impl Driver {
             }
         };
         let term = Term {
-            ca,
+            cas: term_cas,
+            stored,
             budget: tokio::sync::Mutex::new((budget, 0)),
             budget_stored: tokio::sync::Mutex::new(0),
         };
         // The stagger spaces the names to order now, in their configured order (a CA sees a
         // ramp, not a burst): one stored that still fits does not delay the others (after a
         // failover, most).
+        self.first_account(&term).await;
         let now = self.clock.now();
         let mut position = 0;
         let loops = self.groups.iter().zip(loaded).map(|(group, loaded)| {
             let mut record = loaded.record.clone();
             let settings = Settings {
                 config: &self.config_of(group),
-                ari: term.ca.offers_ari(),
+                ari: self.offers_ari(&term, &record),
             };
             let first = plan::next(
                 &mut record,
@@ -257,47 +278,113 @@ impl Driver {
         });
     }
 
-    /// The account, retried with backoff until it can be used (`stored`: how many
-    /// certificates are stored, which a missing account does not explain).
-    async fn account(&self, stored: usize) -> Ca {
-        let mut backoff =
-            tls_source::Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
-        loop {
-            match self.try_account(stored).await {
-                Ok(ca) => {
-                    *self
-                        .thumbprint
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner) = Some(ca.thumbprint().to_owned());
-                    self.status.send_modify(|s| {
-                        s.account = Some(ca.id().to_owned());
-                        s.account_error = None;
-                    });
-                    return ca;
-                }
-                Err(e) => {
-                    let wait = backoff.next().unwrap_or(Duration::from_secs(300));
-                    tracing::error!(error = %e, retry_in = ?wait, "the ACME account cannot be used");
-                    self.status
-                        .send_modify(|s| s.account_error = Some(crate::error::chain(&e)));
-                    tokio::time::sleep(wait).await;
-                }
+    /// The CAs in order, each with its URL, external account binding and trust.
+    fn ca_config(&self, i: usize) -> (&str, Option<&(String, Vec<u8>)>, &Trust) {
+        match i.checked_sub(1) {
+            None => (&self.directory, self.eab.as_ref(), &self.trust),
+            Some(f) => {
+                let ca = &self.fallbacks[f];
+                (&ca.url, ca.eab.as_ref(), &ca.trust)
             }
         }
     }
 
-    async fn try_account(&self, certificates: usize) -> Result<Ca, Error> {
-        let stored = self.store.account(&self.directory).await?;
+    /// The index of the CA that issued the certificate of `record` (the preferred one when it
+    /// is not known, or no longer configured).
+    fn issuer_of(&self, record: &Record) -> usize {
+        record
+            .issuer
+            .as_deref()
+            .and_then(|url| (0..=self.fallbacks.len()).find(|&i| self.ca_config(i).0 == url))
+            .unwrap_or(0)
+    }
+
+    /// Whether the issuer of `record` offers ARI (as far as known: until it says it does not).
+    fn offers_ari(&self, term: &Term, record: &Record) -> bool {
+        term.cas[self.issuer_of(record)]
+            .try_lock()
+            .ok()
+            .and_then(|slot| slot.as_ref().map(|ca| ca.offers_ari()))
+            .unwrap_or(true)
+    }
+
+    /// Waits until an account can be used at some CA (the preferred one first), retried with
+    /// backoff: the term needs one (and HTTP-01 its thumbprint). The others connect when an
+    /// order first needs them.
+    async fn first_account(&self, term: &Term) {
+        let mut backoff =
+            tls_source::Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+        loop {
+            for i in 0..term.cas.len() {
+                match self.ca(term, i).await {
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::warn!(directory = self.ca_config(i).0, error = %e, "the ACME account cannot be used");
+                    }
+                }
+            }
+            let wait = backoff.next().unwrap_or(Duration::from_secs(300));
+            tracing::error!(retry_in = ?wait, "no ACME account can be used");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The CA `i` of the term, through its account: connected (and registered, the first
+    /// time) when first needed, once.
+    async fn ca(&self, term: &Term, i: usize) -> Result<Arc<Ca>, Error> {
+        let mut slot = term.cas[i].lock().await;
+        if let Some(ca) = &*slot {
+            return Ok(Arc::clone(ca));
+        }
+        match self.try_account(i, term.stored).await {
+            Ok(ca) => {
+                let ca = Arc::new(ca);
+                {
+                    let mut thumbprint = self
+                        .thumbprint
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    // HTTP-01's answer: the preferred account's, else the first one's.
+                    if i == 0 || thumbprint.is_none() {
+                        *thumbprint = Some(ca.thumbprint().to_owned());
+                    }
+                }
+                if i == 0 {
+                    self.status.send_modify(|s| {
+                        s.account = Some(ca.id().to_owned());
+                        s.account_error = None;
+                    });
+                }
+                *slot = Some(Arc::clone(&ca));
+                Ok(ca)
+            }
+            Err(e) => {
+                if i == 0 {
+                    self.status
+                        .send_modify(|s| s.account_error = Some(crate::error::chain(&e)));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The account at CA `i`: the stored one, or a new one registered and stored
+    /// (`certificates`: how many are stored, which a missing account of the preferred CA does
+    /// not explain).
+    async fn try_account(&self, i: usize, certificates: usize) -> Result<Ca, Error> {
+        let (url, eab, trust) = self.ca_config(i);
+        let certificates = if i == 0 { certificates } else { 0 };
+        let stored = self.store.account(url).await?;
         let had = stored.is_some();
         let (credentials, note) = match stored {
             Some(s) => (Some(s.credentials), s.replaced),
             None => (None, None),
         };
         let directory = Directory {
-            url: &self.directory,
+            url,
             contact: &self.contact,
-            eab: self.eab.as_ref(),
-            trust: &self.trust,
+            eab,
+            trust,
             provider: &self.provider,
             clock: &self.clock,
         };
@@ -308,12 +395,12 @@ impl Driver {
                 format!(
                     "{}: registered a new account: no account for {} was stored while {certificates} certificate(s) were (deleted, or the directory changed)",
                     Rfc3339(self.clock.now()),
-                    self.directory
+                    url
                 )
             });
             self.store
                 .save_account(
-                    &self.directory,
+                    url,
                     NewAccount {
                         credentials: &credentials,
                         url: ca.id(),
@@ -324,17 +411,19 @@ impl Driver {
                 .await?;
             match &replaced {
                 Some(why) => {
-                    tracing::warn!(account = ca.id(), directory = %self.directory, stored_certificates = certificates, "the stored ACME account is missing: {why}");
+                    tracing::warn!(account = ca.id(), directory = %url, stored_certificates = certificates, "the stored ACME account is missing: {why}");
                 }
                 None => {
-                    tracing::info!(account = ca.id(), directory = %self.directory, stored_before = had, "registered a new ACME account");
+                    tracing::info!(account = ca.id(), directory = %url, stored_before = had, "registered a new ACME account");
                 }
             }
             replaced
         } else {
             note
         };
-        self.status.send_modify(|s| s.account_replaced = replaced);
+        if i == 0 {
+            self.status.send_modify(|s| s.account_replaced = replaced);
+        }
         Ok(ca)
     }
 
@@ -345,6 +434,8 @@ impl Driver {
             provider: &self.provider,
             dns01: self.dns01.as_deref(),
             store: &*self.store,
+            thumbprint: &self.thumbprint,
+            http01_tokens: &self.http01_tokens,
         }
     }
 
@@ -430,7 +521,7 @@ impl Driver {
             let now = self.clock.now();
             let settings = Settings {
                 config: &config,
-                ari: term.ca.offers_ari(),
+                ari: self.offers_ari(term, &record),
             };
             let action = plan::next(
                 &mut record,
@@ -457,12 +548,14 @@ impl Driver {
                 }
                 Action::FetchAri => {
                     let Some(h) = held.as_ref() else { continue };
-                    let answer = term
-                        .ca
-                        .renewal_info(name, &h.leaf)
-                        .await
-                        .map_err(|e| tracing::debug!(name = %name, error = %e, "ARI failed"));
-                    if answer.is_err() && !term.ca.offers_ari() {
+                    // Asked of the CA that issued it.
+                    let issuer = self.issuer_of(&record);
+                    let answer = match self.ca(term, issuer).await {
+                        Ok(ca) => ca.renewal_info(name, &h.leaf).await,
+                        Err(e) => Err(e),
+                    }
+                    .map_err(|e| tracing::debug!(name = %name, error = %e, "ARI failed"));
+                    if answer.is_err() && !self.offers_ari(term, &record) {
                         // The CA has no ARI (known without asking it): nothing to record, the
                         // lifetime decides.
                         continue;
@@ -484,7 +577,11 @@ impl Driver {
                         s.state = NameState::Ordering;
                         s.retry_at = None;
                     });
-                    let replaces = held.as_ref().filter(|_| replaces).map(|h| &h.leaf);
+                    // Named only to the CA that issued it.
+                    let replaces = held
+                        .as_ref()
+                        .filter(|_| replaces)
+                        .map(|h| (&h.leaf, self.issuer_of(&record)));
                     let obtained = self
                         .obtain(term, group, replaces, held.is_some(), in_flight)
                         .await;
@@ -494,7 +591,12 @@ impl Driver {
                     );
                     let now = self.clock.now();
                     match obtained {
-                        Ok((issued, profile)) => {
+                        Ok(Obtained {
+                            issued,
+                            profile,
+                            issuer,
+                            fallback_reason,
+                        }) => {
                             in_flight = false;
                             if let Err(e) = self.store.save_cert(name, &issued.stored).await {
                                 tracing::error!(name = %name, error = %e, "cannot store the new ACME certificate; serving it from memory");
@@ -504,6 +606,8 @@ impl Driver {
                             }
                             plan::issued(&mut record, now);
                             record.profile = profile;
+                            record.issuer = Some(self.ca_config(issuer).0.to_owned());
+                            record.fallback_reason = fallback_reason;
                             tracing::info!(name = %name, not_after = %Rfc3339(issued.held.plan.not_after), "ACME certificate issued");
                             let _ = tx.send(Ok(Keyed {
                                 key: name.clone(),
@@ -597,6 +701,8 @@ impl Driver {
             s.ari_next = record.ari_next.map(from_unix).filter(|_| held.is_some());
             s.last_error.clone_from(&record.last_error);
             s.profile.clone_from(&record.profile);
+            s.issuer = record.issuer.clone().filter(|_| held.is_some());
+            s.fallback_reason = record.fallback_reason.clone().filter(|_| held.is_some());
         });
     }
 
@@ -624,17 +730,19 @@ impl Driver {
         }
     }
 
-    /// One order for `group`: the one in flight resumed, or a new one (a first order spends
-    /// from the weekly budget; `replaces` names the held certificate, ARI). On failure, also
+    /// One order for `group`: the one in flight resumed (at the CA it was placed with), or a
+    /// new one at the preferred CA, and at the next when one fails for a reason of its own
+    /// (a first order spends from the weekly budget, once; `replaces` names the held
+    /// certificate, ARI, to the CA of the given index, which issued it). On failure, also
     /// whether the order in flight is spent (forgotten: the next try places another).
     async fn obtain(
         &self,
         term: &Term,
         group: &[String],
-        replaces: Option<&CertificateDer<'static>>,
+        replaces: Option<(&CertificateDer<'static>, usize)>,
         renewal: bool,
         in_flight: bool,
-    ) -> Result<(Issued, Option<String>), (Error, bool)> {
+    ) -> Result<Obtained, (Error, bool)> {
         let name = &group[0];
         let kept = |e: Error| (e, false);
         let stored = if in_flight {
@@ -642,12 +750,33 @@ impl Driver {
         } else {
             None
         };
-        let mut resumed = None;
         if let Some(stored) = stored {
-            match term.ca.resume(&stored.url, group).await {
-                Some(placed) => {
+            // The CA whose directory has the order's origin.
+            let at = (0..term.cas.len())
+                .find(|&i| {
+                    crate::fallback::origin(self.ca_config(i).0)
+                        == crate::fallback::origin(&stored.url)
+                })
+                .unwrap_or(0);
+            let resumed = match self.ca(term, at).await {
+                Ok(ca) => ca
+                    .resume(&stored.url, group)
+                    .await
+                    .map(|placed| (ca, placed)),
+                Err(_) => None,
+            };
+            match resumed {
+                Some((ca, placed)) => {
                     tracing::info!(name = %name, order = %stored.url, "resuming the stored ACME order");
-                    resumed = Some((placed, stored.key_pem));
+                    return self
+                        .complete(&ca, group, placed, stored.key_pem, None)
+                        .await
+                        .map(|(issued, profile)| Obtained {
+                            issued,
+                            profile,
+                            issuer: at,
+                            fallback_reason: None,
+                        });
                 }
                 None => {
                     self.withdraw_for(group).await;
@@ -655,47 +784,103 @@ impl Driver {
                 }
             }
         }
-        let mut asked = None;
-        let (mut placed, key_pem) = match resumed {
-            Some(resumed) => resumed,
-            None => {
+        let mut spent = renewal;
+        let mut passed_over: Vec<String> = Vec::new();
+        for i in 0..term.cas.len() {
+            let last = i + 1 == term.cas.len();
+            let (url, _, _) = self.ca_config(i);
+            // An error, whether it spent the order in flight, and whether it is this CA's
+            // alone (a profile it does not offer).
+            let attempt = async {
+                let ca = self.ca(term, i).await.map_err(|e| (e, false, false))?;
                 // Before anything is spent: a profile the CA does not offer may mean no order.
-                let profile = self.profile_for(term, group).map_err(kept)?;
-                if !renewal {
-                    self.spend(term, name).await.map_err(kept)?;
+                let profile = self.profile_for(&ca, group).map_err(|e| (e, false, true))?;
+                if !spent {
+                    self.spend(term, name)
+                        .await
+                        .map_err(|e| (e, false, false))?;
+                    spent = true;
                 }
-                let key =
-                    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
-                        kept(Error::Order {
-                            name: name.clone(),
-                            reason: "cannot make the order's key".into(),
-                            source: Some(Box::new(e)),
-                        })
-                    })?;
-                let key_pem = key.serialize_pem().into_bytes();
-                let placed = term
-                    .ca
-                    .place(group, replaces, profile.as_deref())
+                let replaces = replaces
+                    .filter(|(_, issuer)| *issuer == i)
+                    .map(|(leaf, _)| leaf);
+                self.place(&ca, group, replaces, profile)
                     .await
-                    .map_err(kept)?;
-                asked = profile;
-                // Before any challenge is answered: whoever comes next resumes it.
-                self.store
-                    .save_in_flight(
-                        name,
-                        &InFlight {
-                            url: placed.url().to_owned(),
-                            key_pem: key_pem.clone(),
-                        },
-                    )
-                    .await
-                    .map_err(kept)?;
-                tracing::info!(name = %name, order = placed.url(), "placed an ACME order");
-                (placed, key_pem)
+                    .map_err(|(e, spent_order)| (e, spent_order, false))
+            };
+            match attempt.await {
+                Ok((issued, profile)) => {
+                    if !passed_over.is_empty() {
+                        tracing::warn!(name = %name, issuer = %url, passed_over = %passed_over.join("; "), "ordered from a fallback CA");
+                    }
+                    return Ok(Obtained {
+                        issued,
+                        profile,
+                        issuer: i,
+                        fallback_reason: (!passed_over.is_empty()).then(|| passed_over.join("; ")),
+                    });
+                }
+                Err((e, _, this_ca)) if !last && (this_ca || crate::fallback::ca_fault(&e)) => {
+                    tracing::warn!(name = %name, directory = %url, error = %e, "the CA failed; asking the next");
+                    passed_over.push(format!("{url}: {}", crate::error::chain(&e)));
+                    // An order placed there is left: the next CA's replaces it.
+                    if let Err(e) = self.store.forget_in_flight(name).await {
+                        return Err((e, false));
+                    }
+                }
+                Err((e, spent_order, _)) => return Err((e, spent_order)),
             }
-        };
-        let chain = term
-            .ca
+        }
+        unreachable!("the preferred CA is always tried")
+    }
+
+    /// A new order at `ca`, completed.
+    async fn place(
+        &self,
+        ca: &Ca,
+        group: &[String],
+        replaces: Option<&CertificateDer<'static>>,
+        profile: Option<String>,
+    ) -> Result<(Issued, Option<String>), (Error, bool)> {
+        let name = &group[0];
+        let kept = |e: Error| (e, false);
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
+            kept(Error::Order {
+                name: name.clone(),
+                reason: "cannot make the order's key".into(),
+                source: Some(Box::new(e)),
+            })
+        })?;
+        let key_pem = key.serialize_pem().into_bytes();
+        let placed = ca
+            .place(group, replaces, profile.as_deref())
+            .await
+            .map_err(kept)?;
+        // Before any challenge is answered: whoever comes next resumes it.
+        self.store
+            .save_in_flight(
+                name,
+                &InFlight {
+                    url: placed.url().to_owned(),
+                    key_pem: key_pem.clone(),
+                },
+            )
+            .await
+            .map_err(kept)?;
+        tracing::info!(name = %name, order = placed.url(), "placed an ACME order");
+        self.complete(ca, group, placed, key_pem, profile).await
+    }
+
+    /// An order placed or resumed at `ca`, through its challenges to its certificate, checked.
+    async fn complete(
+        &self,
+        ca: &Ca,
+        group: &[String],
+        mut placed: crate::order::Placed,
+        key_pem: Vec<u8>,
+        asked: Option<String>,
+    ) -> Result<(Issued, Option<String>), (Error, bool)> {
+        let chain = ca
             .complete(&mut placed, group, &key_pem, &self.answering())
             .await
             .map_err(|e| {
@@ -721,9 +906,9 @@ impl Driver {
     /// names what the directory advertises. With none configured, a group with an IP address
     /// asks for [`SHORTLIVED`] when the directory advertises it (Let's Encrypt issues for
     /// addresses only under it), else the CA's default.
-    fn profile_for(&self, term: &Term, group: &[String]) -> Result<Option<String>, Error> {
+    fn profile_for(&self, ca: &Ca, group: &[String]) -> Result<Option<String>, Error> {
         let name = &group[0];
-        let advertised = term.ca.profiles();
+        let advertised = ca.profiles();
         let Some(profile) = &self.profile else {
             let address = group.iter().any(|n| crate::ip::address(n).is_some());
             let shortlived = advertised.iter().any(|p| p == SHORTLIVED);

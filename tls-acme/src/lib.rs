@@ -89,6 +89,7 @@ mod builder;
 mod challenge;
 mod driver;
 mod error;
+mod fallback;
 #[cfg(any(feature = "k8s", feature = "etcd"))]
 mod fleet;
 mod ip;
@@ -108,6 +109,7 @@ pub use builder::DEFAULT_CHALLENGE_PROPAGATION;
 pub use builder::{Acme, AcmeBuilder, AcmeSource, DEFAULT_NEW_CERTIFICATES_PER_WEEK};
 pub use challenge::{ACME_TLS_ALPN, ChallengeType, Challenges, Dns01Solver, Http01, SolverFuture};
 pub use error::{BoxError, Error};
+pub use fallback::FallbackCa;
 pub use plan::REFUSED_BACKOFF;
 pub use status::{AcmeStatus, NameState, NameStatus, RenewReason};
 #[cfg(feature = "k8s")]

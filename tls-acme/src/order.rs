@@ -12,7 +12,7 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -345,6 +345,10 @@ pub(crate) struct Answering<'a> {
     pub(crate) provider: &'a Arc<CryptoProvider>,
     pub(crate) dns01: Option<&'a dyn Dns01Solver>,
     pub(crate) store: &'a dyn AcmeStore,
+    /// The thumbprint HTTP-01 answers with (the preferred account's).
+    pub(crate) thumbprint: &'a RwLock<Option<String>>,
+    /// HTTP-01 answers of orders at a CA whose account has another thumbprint.
+    pub(crate) http01_tokens: &'a RwLock<std::collections::HashMap<String, String>>,
 }
 
 /// instant-acme's name of a challenge type.
@@ -663,7 +667,27 @@ impl Ca {
                     // A fleet's other replicas answer it too.
                     answering.store.publish(&published).await?;
                 }
-                ChallengeType::Http01 => {}
+                ChallengeType::Http01 => {
+                    // An account with another thumbprint (a fallback CA's): answered by token.
+                    let published = answering
+                        .thumbprint
+                        .read()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    if published.as_deref() != Some(self.thumbprint()) {
+                        let token = challenge.token.clone();
+                        answering
+                            .http01_tokens
+                            .write()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(token.clone(), key_authorization.as_str().to_owned());
+                        presented.push(Published {
+                            kind: ChallengeType::Http01,
+                            name: token,
+                            value: Vec::new(),
+                        });
+                    }
+                }
                 ChallengeType::Dns01 => {
                     let record = format!("_acme-challenge.{}", identifier.trim_start_matches("*."));
                     let value = key_authorization.dns_value();
@@ -713,7 +737,15 @@ pub(crate) async fn withdraw(answering: &Answering<'_>, presented: Vec<Published
                     continue;
                 }
             }
-            ChallengeType::Http01 => {}
+            ChallengeType::Http01 => {
+                // Kept in memory only (never stored).
+                answering
+                    .http01_tokens
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&published.name);
+                continue;
+            }
         }
         if let Err(e) = answering.store.withdraw(&published).await {
             tracing::warn!(name = %published.name, error = %e, "could not withdraw the published challenge");

@@ -79,6 +79,14 @@ pub(crate) struct Record {
     /// The profile the certificate was ordered under (none: the CA's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) profile: Option<String>,
+    /// The directory of the CA that issued the certificate (none: stored before there was a
+    /// choice, the preferred one's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) issuer: Option<String>,
+    /// Why the certificate is not from the preferred CA: what the CAs before its issuer
+    /// answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fallback_reason: Option<String>,
 
     /// Fields of later formats, kept as they were.
     #[serde(flatten)]
@@ -209,9 +217,11 @@ mod tests {
             ..Record::default()
         };
         record.profile = Some("shortlived".into());
-        record
-            .other
-            .insert("issuer".into(), serde_json::json!("https://ca.example/dir"));
+        record.issuer = Some("https://ca.example/dir".into());
+        record.other.insert(
+            "a_later_field".into(),
+            serde_json::json!({"of": "a later version"}),
+        );
         let json = record.to_json();
         let old: ScheduleV1 = serde_json::from_slice(&json).expect("an earlier reader");
         assert_eq!(old.retry_at, Some(1_800_000_060));
@@ -219,9 +229,10 @@ mod tests {
         assert_eq!(old.failed_for.as_deref(), Some("a.example.com|tls-alpn-01"));
         let back = Record::from_json(&json).unwrap();
         assert_eq!(
-            back.other["issuer"], "https://ca.example/dir",
+            back.other["a_later_field"]["of"], "a later version",
             "a later field is kept"
         );
+        assert_eq!(back.issuer.as_deref(), Some("https://ca.example/dir"));
         assert_eq!(
             back.profile.as_deref(),
             Some("shortlived"),

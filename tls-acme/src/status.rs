@@ -62,6 +62,12 @@ pub struct NameStatus {
     /// Why the profile asked for ([`AcmeBuilder::profile`](crate::AcmeBuilder::profile)) was
     /// not used at the last order (the CA does not advertise it), while that holds.
     pub profile_note: Option<String>,
+    /// The directory URL of the CA that issued the served certificate.
+    pub issuer: Option<String>,
+    /// Why the served certificate is not from the preferred CA
+    /// ([`AcmeBuilder::fallback`](crate::AcmeBuilder::fallback)): what the CAs before its
+    /// issuer answered. `None` when it is from the preferred one.
+    pub fallback_reason: Option<String>,
 }
 
 /// What a certificate is doing.
@@ -116,6 +122,8 @@ impl NameStatus {
             decided_at: None,
             profile: record.profile.clone(),
             profile_note: None,
+            issuer: record.issuer.clone(),
+            fallback_reason: record.fallback_reason.clone(),
         }
     }
 }

@@ -31,6 +31,8 @@ struct Faults {
     /// the flag says it is forwarded first, never forwarded).
     hold: Option<(String, bool)>,
     held: usize,
+    /// Every connection is closed as it is accepted, as a CA that is down.
+    unreachable: bool,
 }
 
 /// A small HTTPS layer in front of [`Pebble`] adding what Pebble 2.4 lacks: ARI
@@ -96,6 +98,15 @@ impl Pebble {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
+                if forward
+                    .faults
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .unreachable
+                {
+                    drop(tcp);
+                    continue;
+                }
                 let (acceptor, forward) = (acceptor.clone(), forward.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
@@ -103,7 +114,21 @@ impl Pebble {
                     };
                     let service = hyper::service::service_fn(move |request| {
                         let forward = forward.clone();
-                        async move { Ok::<_, std::convert::Infallible>(forward.handle(request).await) }
+                        async move {
+                            // Down: an open connection is cut at its next request.
+                            if forward
+                                .faults
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .unreachable
+                            {
+                                return Err(io::Error::new(
+                                    io::ErrorKind::ConnectionReset,
+                                    "the CA is down",
+                                ));
+                            }
+                            Ok(forward.handle(request).await)
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
@@ -184,6 +209,13 @@ impl AcmeLayer {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// While `down`, every connection is closed as soon as it is accepted, and one already open
+    /// at its next request, with no answer (nothing reaches Pebble): to a client, the CA is
+    /// down.
+    pub fn set_unreachable(&self, down: bool) {
+        self.faults().unreachable = down;
     }
 
     /// New orders seen that said they replace a certificate.
