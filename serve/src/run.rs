@@ -525,6 +525,16 @@ async fn acme(
     if let Some((kid, key)) = &options.eab {
         builder = builder.external_account(kid, key.0.clone());
     }
+    for fallback in &options.fallbacks {
+        let mut ca = tls_rotation::acme::FallbackCa::new(&fallback.url);
+        if let Some(path) = &fallback.ca {
+            ca = ca.ca_file(path);
+        }
+        if let Some((kid, key)) = &fallback.eab {
+            ca = ca.external_account(kid, key.0.clone());
+        }
+        builder = builder.fallback(ca);
+    }
     if let Some((server, key)) = &options.dns {
         use tls_rotation::acme::rfc2136::{Rfc2136, TsigKey};
         let key = TsigKey::from_file(key)?;

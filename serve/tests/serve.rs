@@ -1883,6 +1883,84 @@ async fn acme_http_01_is_answered_on_its_own_port() {
     );
 }
 
+/// Two CAs: `--acme-directory` given twice, the first a Pebble that was stopped, the second
+/// (with its own root, `,ca=`) serves every name; the status names the issuer and why it is
+/// not the first.
+#[cfg_attr(
+    not(pebble),
+    ignore = "needs Pebble, the ACME test server (apt install pebble)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_a_second_directory_serves_every_name_while_the_first_is_stopped() {
+    let port = free_port();
+    let stopped = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start_required()
+        .await;
+    let (first, first_ca) = (stopped.directory_url(), stopped.https_ca_file());
+    let first_ca_pem = std::fs::read(&first_ca).unwrap();
+    drop(stopped);
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start_required()
+        .await;
+    let state = tempfile::tempdir().unwrap();
+    let kept = tempfile::tempdir().unwrap();
+    let first_ca = kept.path().join("first-ca.pem");
+    std::fs::write(&first_ca, first_ca_pem).unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let second = format!(
+        "{},ca={}",
+        pebble.directory_url(),
+        pebble.https_ca_file().display()
+    );
+    let serve = start(&[
+        "--listen",
+        &listen,
+        "--acme-directory",
+        &first,
+        "--acme-directory-ca",
+        first_ca.to_str().unwrap(),
+        "--acme-directory",
+        &second,
+        "--acme-domain",
+        "a.example.com",
+        "--acme-domain",
+        "b.example.com",
+        "--acme-state",
+        state.path().to_str().unwrap(),
+    ])
+    .await;
+    let status = serve
+        .wait_status("both names issued by the second CA", |s| {
+            ["a.example.com", "b.example.com"]
+                .iter()
+                .all(|n| s["acme"]["names"][n]["state"] == "valid")
+        })
+        .await;
+    let root = pebble.issuing_root().await;
+    for name in ["a.example.com", "b.example.com"] {
+        let n = &status["acme"]["names"][name];
+        assert_eq!(n["issuer"], pebble.directory_url().as_str(), "{n}");
+        assert!(
+            n["fallback_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(&first)),
+            "{n}"
+        );
+        tls_test::probe_trusting(serve.addr, name, std::slice::from_ref(&root))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    assert_eq!(status["acme"]["directory"], first.as_str());
+    assert!(
+        status["acme"]["account_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&first)),
+        "{status}"
+    );
+}
+
 /// DNS-01 through BIND 9 (RFC 2136 updates signed with TSIG): `--acme-domain '*.w.example.test'`
 /// with `--acme-challenge dns-01`, Pebble's validator reading the record from that BIND. The
 /// wildcard is served to `x.w.example.test`, verified against Pebble's root, and the zone is

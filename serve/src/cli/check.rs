@@ -71,7 +71,7 @@ impl Cli {
         if seal.keys.is_empty() && (seal.adopt_unsealed || seal.served_key) {
             return Err("--seal-adopt-unsealed and --seal-served-key go with --seal-key".into());
         }
-        if etcd_cert.is_some() && (self.k8s_shared.is_some() || self.acme_directory.is_some()) {
+        if etcd_cert.is_some() && (self.k8s_shared.is_some() || !self.acme_directory.is_empty()) {
             return Err(
                 "--etcd-cert cannot be combined with --k8s-shared or --acme-directory".into(),
             );
@@ -389,7 +389,8 @@ impl Cli {
 
     /// The `--acme-*` flags, checked together and against what tls-acme accepts.
     fn acme(flags: AcmeFlags, fleet: Option<FleetFlags>) -> Result<Option<AcmeArgs>, String> {
-        let Some(directory) = flags.directory else {
+        let mut directories = flags.directory.into_iter();
+        let Some(first) = directories.next() else {
             let given = !flags.domains.is_empty()
                 || flags.email.is_some()
                 || flags.directory_ca.is_some()
@@ -407,10 +408,32 @@ impl Cli {
             }
             return Ok(None);
         };
-        if !directory.starts_with("https://") {
-            return Err(format!(
-                "--acme-directory {directory}: an https:// URL is needed"
-            ));
+        let directory = first.url;
+        // The first's ca= and eab-*= are --acme-directory-ca and --acme-eab-*'s.
+        let directory_ca = match (flags.directory_ca, first.ca) {
+            (Some(_), Some(_)) => {
+                return Err("--acme-directory-ca and the first --acme-directory's ca= do not go together: give one".into());
+            }
+            (ca, from_url) => ca.or(from_url),
+        };
+        let first_eab = match (first.eab_kid, first.eab_key_file) {
+            (Some(kid), Some(file)) => Some((kid, super::values::eab_key_file(&file)?)),
+            _ => None,
+        };
+        let mut fallbacks = Vec::new();
+        for flag in directories {
+            if flag.url == directory || fallbacks.iter().any(|f: &FallbackArgs| f.url == flag.url) {
+                return Err(format!("--acme-directory {}: given twice", flag.url));
+            }
+            let eab = match (flag.eab_kid, flag.eab_key_file) {
+                (Some(kid), Some(file)) => Some((kid, super::values::eab_key_file(&file)?)),
+                _ => None,
+            };
+            fallbacks.push(FallbackArgs {
+                url: flag.url,
+                ca: flag.ca,
+                eab,
+            });
         }
         if flags.domains.is_empty() {
             return Err("--acme-directory needs at least one --acme-domain".into());
@@ -469,9 +492,12 @@ impl Cli {
             (None, Some(name)) => Some((name, true)),
             (None, None) => None,
         };
-        let eab = match (flags.eab_kid, flags.eab_key) {
-            (Some(kid), Some(key)) => Some((kid, eab_key(&key.0)?)),
-            (None, None) => None,
+        let eab = match (flags.eab_kid, flags.eab_key, first_eab) {
+            (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
+                return Err("--acme-eab-kid/--acme-eab-key and the first --acme-directory's eab-kid=/eab-key-file= do not go together: give one".into());
+            }
+            (Some(kid), Some(key), None) => Some((kid, eab_key(&key.0)?)),
+            (None, None, from_url) => from_url,
             _ => return Err("--acme-eab-kid and --acme-eab-key go together".into()),
         };
         let state = match (flags.state, fleet) {
@@ -534,7 +560,7 @@ impl Cli {
             tls_rotation::acme::AcmeBuilder::name,
         ))
         .map_err(|e| format!("--acme-domain: {}", config_reason(&e)))?;
-        if let Some(ca) = &flags.directory_ca {
+        if let Some(ca) = &directory_ca {
             check(
                 tls_rotation::acme::Acme::builder(&directory)
                     .name(&flags.domains[0])
@@ -548,17 +574,35 @@ impl Cli {
                 )
             })?;
         }
+        for fallback in &fallbacks {
+            if let Some(ca) = &fallback.ca {
+                check(
+                    tls_rotation::acme::Acme::builder(&directory)
+                        .name(&flags.domains[0])
+                        .fallback(tls_rotation::acme::FallbackCa::new(&fallback.url).ca_file(ca)),
+                )
+                .map_err(|e| {
+                    format!(
+                        "--acme-directory {},ca={}: {}",
+                        fallback.url,
+                        ca.display(),
+                        config_reason(&e)
+                    )
+                })?;
+            }
+        }
         Ok(Some(AcmeArgs {
             directory,
             domains: flags.domains,
             email: flags.email,
-            directory_ca: flags.directory_ca,
+            directory_ca,
             state,
             challenge,
             http_listen: flags.http_listen,
             weekly_limit: flags.weekly_limit,
             profile,
             eab,
+            fallbacks,
             dns: dns.map(|(server, key, _)| (server, key)),
         }))
     }
@@ -597,7 +641,7 @@ fn identity(given: Option<String>) -> Result<String, String> {
 
 /// The `--acme-*` flags as given.
 struct AcmeFlags {
-    directory: Option<String>,
+    directory: Vec<DirectoryFlag>,
     domains: Vec<String>,
     email: Option<String>,
     directory_ca: Option<PathBuf>,

@@ -9,10 +9,10 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory as _, Parser};
 
 use tls_rotation::acme::ChallengeType;
-pub(crate) use values::EabKey;
+pub(crate) use values::{DirectoryFlag, EabKey};
 use values::{
-    Secret, acme_challenge, address, duration, eab_key, namespace, namespaced, profile, secret,
-    sni_route,
+    Secret, acme_challenge, acme_directory, address, duration, eab_key, namespace, namespaced,
+    profile, secret, sni_route,
 };
 
 /// serve's crypto provider, by its features: aws-lc-rs by default (X25519MLKEM768, the
@@ -159,9 +159,14 @@ pub(crate) struct Cli {
     #[arg(long, help_heading = SEAL)]
     seal_served_key: bool,
 
-    /// The ACME directory URL, e.g. https://acme-v02.api.letsencrypt.org/directory
-    #[arg(long, value_name = "URL", help_heading = ACME)]
-    acme_directory: Option<String>,
+    /// The ACME directory URL, e.g. https://acme-v02.api.letsencrypt.org/directory; repeatable:
+    /// the first is preferred, each next one is asked when those before it fail for a reason
+    /// of theirs (down, a 5xx, rateLimited). With ,ca=PATH its HTTPS is also checked against
+    /// that PEM file; with ,eab-kid=ID,eab-key-file=PATH it takes an external account binding
+    /// (the HMAC key, base64url, read from the file)
+    #[arg(long, value_name = "URL[,ca=PATH][,eab-kid=ID,eab-key-file=PATH]",
+          value_parser = acme_directory, help_heading = ACME)]
+    acme_directory: Vec<DirectoryFlag>,
     /// A DNS name or IP address to get a certificate for (repeatable; one certificate each;
     /// an address's is served to handshakes without a server name; a wildcard such as
     /// '*.example.com' needs --acme-challenge dns-01)
@@ -392,8 +397,18 @@ pub(crate) struct AcmeArgs {
     pub(crate) profile: Option<(String, bool)>,
     /// External account binding: the key id and the HMAC key.
     pub(crate) eab: Option<(String, EabKey)>,
+    /// The CAs after the first `--acme-directory`, in order.
+    pub(crate) fallbacks: Vec<FallbackArgs>,
     /// dns-01: `--acme-dns-server` and `--acme-dns-tsig-key`.
     pub(crate) dns: Option<(String, PathBuf)>,
+}
+
+/// A CA after the first `--acme-directory`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct FallbackArgs {
+    pub(crate) url: String,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) eab: Option<(String, EabKey)>,
 }
 
 /// Where the ACME state is kept.

@@ -483,6 +483,132 @@ fn dns_01_takes_a_server_and_a_tsig_key_file_and_allows_wildcards() {
 }
 
 #[test]
+fn acme_directory_is_repeatable_the_first_preferred_each_with_its_ca_and_binding() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("eab.key");
+    std::fs::write(&key, "c2VjcmV0LWhtYWMta2V5\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, tls_test::TestCa::new("fallback CA").cert_pem()).unwrap();
+    let second = format!(
+        "https://acme.zerossl.example/v2/DV90,ca={},eab-kid=kid-2,eab-key-file={}",
+        ca.display(),
+        key.display()
+    );
+    let acme = parse(&[
+        "--acme-directory",
+        DIRECTORY,
+        "--acme-directory",
+        &second,
+        "--acme-directory",
+        "https://third.example/dir",
+        "--acme-domain",
+        "a.example.com",
+        "--acme-state",
+        "/tmp/acme",
+    ])
+    .unwrap()
+    .acme
+    .unwrap();
+    assert_eq!(acme.directory, DIRECTORY);
+    assert_eq!(
+        acme.fallbacks,
+        [
+            FallbackArgs {
+                url: "https://acme.zerossl.example/v2/DV90".into(),
+                ca: Some(ca.clone()),
+                eab: Some(("kid-2".into(), EabKey(b"secret-hmac-key".to_vec()))),
+            },
+            FallbackArgs {
+                url: "https://third.example/dir".into(),
+                ca: None,
+                eab: None,
+            },
+        ]
+    );
+
+    // The first's options are --acme-directory-ca's and --acme-eab-*'s.
+    let first = format!("{DIRECTORY},eab-kid=kid-1,eab-key-file={}", key.display());
+    let acme = parse(&[
+        "--acme-directory",
+        &first,
+        "--acme-domain",
+        "a.example.com",
+        "--acme-state",
+        "/tmp/acme",
+    ])
+    .unwrap()
+    .acme
+    .unwrap();
+    assert_eq!(
+        acme.eab,
+        Some(("kid-1".into(), EabKey(b"secret-hmac-key".to_vec())))
+    );
+    let base = [
+        "--acme-domain",
+        "a.example.com",
+        "--acme-state",
+        "/tmp/acme",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        extra.iter().chain(&base).map(|s| (*s).to_owned()).collect()
+    };
+    for (args, flag, why) in [
+        (
+            with(&[
+                "--acme-directory",
+                &first,
+                "--acme-eab-kid",
+                "k",
+                "--acme-eab-key",
+                "AAAA",
+            ]),
+            "--acme-eab-kid/--acme-eab-key and the first --acme-directory",
+            "do not go together",
+        ),
+        (
+            with(&["--acme-directory", &format!("{DIRECTORY},eab-kid=k")]),
+            "--acme-directory",
+            "eab-kid and eab-key-file go together",
+        ),
+        (
+            with(&["--acme-directory", &format!("{DIRECTORY},colour=blue")]),
+            "--acme-directory",
+            "unknown option colour",
+        ),
+        (
+            with(&["--acme-directory", DIRECTORY, "--acme-directory", DIRECTORY]),
+            "--acme-directory",
+            "given twice",
+        ),
+        (
+            with(&[
+                "--acme-directory",
+                DIRECTORY,
+                "--acme-directory",
+                "https://b.example/dir,eab-kid=k,eab-key-file=/nonexistent/eab.key",
+            ]),
+            "eab-key-file=/nonexistent/eab.key",
+            "No such file",
+        ),
+        (
+            with(&[
+                "--acme-directory",
+                DIRECTORY,
+                "--acme-directory",
+                "https://b.example/dir,ca=/nonexistent/ca.pem",
+            ]),
+            "--acme-directory https://b.example/dir,ca=/nonexistent/ca.pem",
+            "/nonexistent/ca.pem",
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&args, flag, why);
+    }
+}
+
+#[test]
 fn bad_acme_flags_exit_2_with_the_reason() {
     let base = ["--acme-directory", DIRECTORY, "--acme-state", "/tmp/acme"];
     let with = |extra: &[&'static str]| -> Vec<&'static str> {

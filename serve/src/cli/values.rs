@@ -39,6 +39,69 @@ pub(super) fn acme_challenge(v: &str) -> Result<ChallengeType, String> {
         .map_err(|_| format!("--acme-challenge {v}: expected tls-alpn-01, http-01 or dns-01"))
 }
 
+/// One `--acme-directory URL[,ca=PATH][,eab-kid=ID,eab-key-file=PATH]`, as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DirectoryFlag {
+    pub(crate) url: String,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) eab_kid: Option<String>,
+    pub(crate) eab_key_file: Option<PathBuf>,
+}
+
+/// `--acme-directory URL[,ca=PATH][,eab-kid=ID,eab-key-file=PATH]`.
+pub(super) fn acme_directory(v: &str) -> Result<DirectoryFlag, String> {
+    let mut parts = v.split(',');
+    let url = parts.next().unwrap_or_default().trim().to_owned();
+    if !url.starts_with("https://") {
+        return Err(format!("--acme-directory {url}: an https:// URL is needed"));
+    }
+    let mut flag = DirectoryFlag {
+        url,
+        ca: None,
+        eab_kid: None,
+        eab_key_file: None,
+    };
+    for option in parts {
+        let (key, value) = option.split_once('=').ok_or_else(|| {
+            format!("--acme-directory {v}: {option:?} is not KEY=VALUE (ca=PATH, eab-kid=ID, eab-key-file=PATH)")
+        })?;
+        let slot_taken = match key {
+            "ca" => flag.ca.replace(PathBuf::from(value)).is_some(),
+            "eab-kid" => flag.eab_kid.replace(value.to_owned()).is_some(),
+            "eab-key-file" => flag.eab_key_file.replace(PathBuf::from(value)).is_some(),
+            other => {
+                return Err(format!(
+                    "--acme-directory {v}: unknown option {other} (ca=PATH, eab-kid=ID, eab-key-file=PATH)"
+                ));
+            }
+        };
+        if slot_taken || value.is_empty() {
+            return Err(format!(
+                "--acme-directory {v}: {key} is given twice, or empty"
+            ));
+        }
+    }
+    if flag.eab_kid.is_some() != flag.eab_key_file.is_some() {
+        return Err(format!(
+            "--acme-directory {v}: eab-kid and eab-key-file go together"
+        ));
+    }
+    Ok(flag)
+}
+
+/// An external account binding's HMAC key from `path` (base64url, as the CA gives it): a key
+/// in a file, not on the command line, where every user could read it in `/proc`.
+pub(crate) fn eab_key_file(path: &std::path::Path) -> Result<EabKey, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--acme-directory eab-key-file={}: {e}", path.display()))?;
+    eab_key(&text).map_err(|_| {
+        format!(
+            "--acme-directory eab-key-file={}: not base64url (the value is not shown: it is a secret)",
+            path.display()
+        )
+    })
+}
+
 /// `--acme-eab-key`: base64url, padded or not.
 pub(super) fn eab_key(v: &str) -> Result<EabKey, String> {
     use base64::Engine as _;
