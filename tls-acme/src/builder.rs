@@ -713,6 +713,7 @@ impl AcmeBuilder {
                     fleet.client.clone(),
                     &fleet.namespace,
                     &fleet.name,
+                    &self.directory,
                     self.propagation,
                     Arc::clone(&self.seal),
                 ));

@@ -102,7 +102,11 @@ pub(crate) struct KubeStore {
     client: Client,
     namespace: String,
     fleet: String,
+    /// The preferred CA's account (the one the fleet's replicas take HTTP-01's thumbprint
+    /// from); another CA's is in a Secret of its own (`account_secret`).
     account: FencedSecret,
+    /// The preferred CA's directory.
+    preferred: String,
     state: FencedSecret,
     challenges: FencedSecret,
     fence: RwLock<Fence>,
@@ -125,11 +129,13 @@ impl KubeStore {
         client: Client,
         namespace: &str,
         fleet: &str,
+        preferred: &str,
         propagation: Duration,
         seal: Arc<dyn Seal>,
     ) -> Self {
         Self {
             account: Self::opaque(&client, namespace, fleet, format!("{fleet}-acme-account")),
+            preferred: preferred.to_owned(),
             state: Self::opaque(&client, namespace, fleet, format!("{fleet}-acme-state")),
             challenges: Self::opaque(
                 &client,
@@ -153,6 +159,23 @@ impl KubeStore {
         FencedSecret::new(client.clone(), namespace, name)
             .secret_type("Opaque")
             .labels(BTreeMap::from([(STATE_LABEL.to_owned(), fleet.to_owned())]))
+    }
+
+    /// The Secret of the account at `directory` when it is not the preferred CA's
+    /// (`NAME-acme-account`): `NAME-acme-account-<digest of the directory>` (a Secret name with no dot
+    /// is no certificate's: a name ordered has one).
+    fn other_account(&self, directory: &str) -> Option<FencedSecret> {
+        if directory == self.preferred {
+            return None;
+        }
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(directory.as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        Some(Self::opaque(
+            &self.client,
+            &self.namespace,
+            &self.fleet,
+            format!("{}-acme-account-{hex}", self.fleet),
+        ))
     }
 
     fn certificate(&self, name: &str) -> FencedSecret {
@@ -289,7 +312,9 @@ impl KubeStore {
     }
 
     async fn read_account(&self, directory: &str) -> Result<Option<StoredAccount>, Error> {
-        let Some(stored) = Self::read(&self.account).await? else {
+        let other = self.other_account(directory);
+        let secret = other.as_ref().unwrap_or(&self.account);
+        let Some(stored) = Self::read(&secret).await? else {
             return Ok(None);
         };
         if stored.data.get(DIRECTORY).map(Vec::as_slice) != Some(directory.as_bytes()) {
@@ -298,20 +323,19 @@ impl KubeStore {
         let Some(sealed) = stored.data.get(ACCOUNT_JSON) else {
             return Ok(None);
         };
-        let (json, reseal) = self.open_value(&self.account, ACCOUNT_JSON, sealed)?;
-        let credentials = serde_json::from_slice(&json).map_err(|e| {
-            Self::data_error(&self.account, &format!("{ACCOUNT_JSON} is not JSON"), e)
-        })?;
+        let (json, reseal) = self.open_value(&secret, ACCOUNT_JSON, sealed)?;
+        let credentials = serde_json::from_slice(&json)
+            .map_err(|e| Self::data_error(&secret, &format!("{ACCOUNT_JSON} is not JSON"), e))?;
         if reseal {
             // Only the leader reads the account: store it as the seal stores it now, with
             // everything else on the Secret as it was (its annotations are kept).
             let mut data = stored.data.clone();
             data.insert(
                 ACCOUNT_JSON.to_owned(),
-                self.seal_value(&self.account, ACCOUNT_JSON, &json)?,
+                self.seal_value(&secret, ACCOUNT_JSON, &json)?,
             );
-            self.write(&self.account, &data, &BTreeMap::new()).await?;
-            tracing::info!(secret = %self.account.id(), "sealed the stored ACME account again");
+            self.write(&secret, &data, &BTreeMap::new()).await?;
+            tracing::info!(secret = %secret.id(), "sealed the stored ACME account again");
         }
         let replaced = stored.annotations.get(REPLACED_ANNOTATION).cloned();
         Ok(Some(StoredAccount {
@@ -321,12 +345,14 @@ impl KubeStore {
     }
 
     async fn write_account(&self, directory: &str, account: NewAccount<'_>) -> Result<(), Error> {
+        let other = self.other_account(directory);
+        let secret = other.as_ref().unwrap_or(&self.account);
         let json = serde_json::to_vec(account.credentials)
-            .map_err(|e| Self::data_error(&self.account, ACCOUNT_JSON, e))?;
+            .map_err(|e| Self::data_error(&secret, ACCOUNT_JSON, e))?;
         let data = BTreeMap::from([
             (
                 ACCOUNT_JSON.to_owned(),
-                self.seal_value(&self.account, ACCOUNT_JSON, &json)?,
+                self.seal_value(&secret, ACCOUNT_JSON, &json)?,
             ),
             (DIRECTORY.to_owned(), directory.as_bytes().to_vec()),
         ]);
@@ -340,7 +366,7 @@ impl KubeStore {
         if let Some(why) = account.replaced {
             annotations.insert(REPLACED_ANNOTATION.to_owned(), why.to_owned());
         }
-        self.write(&self.account, &data, &annotations).await
+        self.write(&secret, &data, &annotations).await
     }
 
     async fn read_cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
@@ -623,6 +649,7 @@ mod tests {
             client,
             "default",
             "web",
+            "https://ca.example/dir",
             Duration::ZERO,
             Arc::new(tls_k8s::seal::Plain),
         )
@@ -691,6 +718,57 @@ mod tests {
         let old: BTreeMap<String, Vec<u64>> =
             serde_json::from_slice(&json).expect("the earlier format");
         assert_eq!(old["example.com"].len(), 3);
+    }
+
+    /// The preferred CA's account stays in `web-acme-account` (whose thumbprint every replica
+    /// answers HTTP-01 with); a fallback CA's is kept beside it, not over it.
+    #[tokio::test]
+    async fn each_cas_account_is_kept_and_the_preferred_one_where_replicas_look() {
+        let api = tls_test::KubeApi::start().await;
+        let store = store(&api);
+        store
+            .begin_term(Term {
+                round: 1,
+                holder: "replica-1".into(),
+            })
+            .await
+            .unwrap();
+        let save = |directory: &'static str, thumbprint: &'static str| {
+            let store = &store;
+            async move {
+                let credentials = serde_json::json!({ "of": directory });
+                store
+                    .save_account(
+                        directory,
+                        NewAccount {
+                            credentials: &credentials,
+                            url: "https://ca.example/acct/1",
+                            thumbprint,
+                            replaced: None,
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+        save("https://fallback.example/dir", "FALLBACK").await;
+        save("https://ca.example/dir", "PREFERRED").await;
+        for directory in ["https://ca.example/dir", "https://fallback.example/dir"] {
+            let stored = store.account(directory).await.unwrap().expect("stored");
+            assert_eq!(stored.credentials["of"], directory);
+        }
+        assert!(
+            store
+                .account("https://third.example/dir")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let main = api.get("secrets", "default", "web-acme-account").unwrap();
+        assert_eq!(
+            main["metadata"]["annotations"][THUMBPRINT_ANNOTATION],
+            "PREFERRED"
+        );
     }
 
     /// An apex and its wildcard publish two DNS-01 values at one record: each is kept and
