@@ -15,7 +15,8 @@
 //!       [--handshake-timeout DURATION] [--recycle-after DURATION]
 //!       [--client-ca PATH [--ca-overlap DURATION]]
 //!       [--metrics ADDR]
-//!       [--acme-directory URL --acme-domain NAME... --acme-state DIR
+//!       [--acme-directory URL[,ca=PATH][,eab-kid=ID,eab-key-file=PATH]...
+//!        --acme-domain NAME... --acme-state DIR
 //!        [--acme-email ADDR] [--acme-directory-ca PATH]
 //!        [--acme-challenge tls-alpn-01|http-01 [--acme-http-listen ADDR]]
 //!        [--acme-challenge dns-01 --acme-dns-server HOST:PORT --acme-dns-tsig-key FILE]
@@ -100,9 +101,15 @@
 //!   trusts a private or test CA for the directory's HTTPS. The status JSON gains `acme`:
 //!   `{"directory": …, "account": …, "names": {NAME: {"state": "valid"|"ordering"|"backoff"|
 //!   "failed", "not_after": …, "renew_after": …, "renew_reason": "lifetime"|"ari", "ari_next":
-//!   …, "retry_at": …, "last_error": …, "decided_at": …, "profile": …, "profile_note": …}}}`,
-//!   with `account_error` and `account_replaced` when
-//!   there is something to say. `--acme-profile NAME` asks the CA for that profile when it offers
+//!   …, "retry_at": …, "last_error": …, "decided_at": …, "profile": …, "profile_note": …,
+//!   "issuer": …, "fallback_reason": …}}}`, with `account_error` and `account_replaced` when
+//!   there is something to say. `--acme-directory` given more than once names more CAs: the
+//!   first is preferred (its `,ca=` and `,eab-kid=,eab-key-file=` are `--acme-directory-ca`
+//!   and `--acme-eab-*`); an order that fails for a reason of the CA's (down, a 5xx,
+//!   `serverInternal`, `rateLimited`) is placed with the next at once, one that fails for the
+//!   name's own (a validation, `caa`, `rejectedIdentifier`) is not; `issuer` names the
+//!   directory of the CA that issued each certificate and `fallback_reason` why it is not the
+//!   first; ARI and `replaces` go to the issuer; every renewal starts with the first again. `--acme-profile NAME` asks the CA for that profile when it offers
 //!   it (`--acme-profile-required NAME`: nothing is ordered when it does not).
 //!   `--acme-weekly-limit N` caps first orders per registered
 //!   domain a week (default 50); SIGHUP retries every failed name as the CA's limits allow. With

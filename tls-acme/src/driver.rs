@@ -822,7 +822,13 @@ impl Driver {
                 }
                 Err((e, _, this_ca)) if !last && (this_ca || crate::fallback::ca_fault(&e)) => {
                     tracing::warn!(name = %name, directory = %url, error = %e, "the CA failed; asking the next");
-                    passed_over.push(format!("{url}: {}", crate::error::chain(&e)));
+                    let why = crate::error::chain(&e);
+                    // Named once: most of the CA's errors name its directory already.
+                    passed_over.push(if why.contains(url) {
+                        why
+                    } else {
+                        format!("{url}: {why}")
+                    });
                     // An order placed there is left: the next CA's replaces it.
                     if let Err(e) = self.store.forget_in_flight(name).await {
                         return Err((e, false));

@@ -9,7 +9,12 @@
 //!   `acme-tls/1` handshake over, also before the server is ready: on a first start
 //!   nothing is stored and every other handshake is refused until a certificate exists);
 //!   HTTP-01 as a tower service ([`Http01`], stateless: `token.thumbprint`); DNS-01 through
-//!   your [`Dns01Solver`] (the only one for wildcards).
+//!   a [`Dns01Solver`] (the only one for wildcards): yours, or RFC 2136 dynamic updates
+//!   signed with TSIG on any standard DNS server (`rfc2136::Rfc2136`, feature `rfc2136`).
+//! - **More than one CA** ([`AcmeBuilder::fallback`], [`FallbackCa`]): an order that fails
+//!   for a reason of the CA's (unreachable, a 5xx, `serverInternal`, `rateLimited`) is placed
+//!   with the next one at once; each certificate records its issuer, which ARI and
+//!   `replaces` go to, and every renewal starts with the preferred CA again.
 //! - **IP addresses too** (RFC 8738): a name that is an address (`192.0.2.7`, `2001:db8::7`)
 //!   is ordered as an `ip` identifier, proven by TLS-ALPN-01 (answered under the address's
 //!   reverse-mapping name, `7.2.0.192.in-addr.arpa`) or HTTP-01 (`Host: [2001:db8::7]`), never
