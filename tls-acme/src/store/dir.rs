@@ -17,6 +17,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tls_source::layout;
 
@@ -33,6 +34,9 @@ use crate::record::Record;
 #[derive(Debug, Clone)]
 pub(crate) struct DirStore {
     root: PathBuf,
+    /// Held across each read-change-write of `challenges/published.json`, which every order's
+    /// challenges share (orders run at once).
+    published: Arc<Mutex<()>>,
 }
 
 /// The directory name of a certificate named by its first name.
@@ -42,7 +46,10 @@ fn dir_name(name: &str) -> String {
 
 impl DirStore {
     pub(crate) fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            published: Arc::default(),
+        }
     }
 
     /// Runs `f` on a copy of this store on tokio's blocking threads.
@@ -294,7 +301,10 @@ impl AcmeStore for DirStore {
     }
 
     fn published(&self) -> StoreFuture<'_, Vec<Published>> {
-        self.blocking(Self::read_published)
+        self.blocking(|s| {
+            let _one_at_a_time = s.published.lock().unwrap_or_else(PoisonError::into_inner);
+            s.read_published()
+        })
     }
 
     /// Only DNS-01 records are kept: a TLS-ALPN-01 answer lives in this process's memory and
@@ -305,6 +315,7 @@ impl AcmeStore for DirStore {
         }
         let challenge = challenge.clone();
         self.blocking(move |s| {
+            let _one_at_a_time = s.published.lock().unwrap_or_else(PoisonError::into_inner);
             let mut published = s.read_published()?;
             if !published.contains(&challenge) {
                 published.push(challenge);
@@ -320,6 +331,7 @@ impl AcmeStore for DirStore {
         }
         let challenge = challenge.clone();
         self.blocking(move |s| {
+            let _one_at_a_time = s.published.lock().unwrap_or_else(PoisonError::into_inner);
             let mut published = s.read_published()?;
             let before = published.len();
             published.retain(|p| *p != challenge);
@@ -345,6 +357,30 @@ mod tests {
 
     /// A state directory as the previous version wrote it loads: the schedule as the record,
     /// the budget, the order in flight; what this version writes the previous one reads.
+    /// Orders run at once, and each publishes its DNS-01 records: none is lost, and the file
+    /// they share is never caught half-swapped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn answers_published_at_once_are_all_kept_and_withdrawn() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path());
+        let answer = |n: usize| Published {
+            kind: ChallengeType::Dns01,
+            name: format!("_acme-challenge.w{n}.example.com"),
+            value: format!("value-{n}").into_bytes(),
+        };
+        let all: Vec<Published> = (0..20).map(answer).collect();
+        let published = futures::future::join_all(all.iter().map(|p| store.publish(p))).await;
+        assert!(published.iter().all(Result::is_ok), "{published:?}");
+        let mut stored = store.published().await.unwrap();
+        stored.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut expected = all.clone();
+        expected.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(stored, expected);
+        let withdrawn = futures::future::join_all(all.iter().map(|p| store.withdraw(p))).await;
+        assert!(withdrawn.iter().all(Result::is_ok), "{withdrawn:?}");
+        assert!(store.published().await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn a_state_directory_an_earlier_version_wrote_loads() {
         let root = tempfile::tempdir().unwrap();
