@@ -289,23 +289,25 @@ impl Driver {
         }
     }
 
-    /// The index of the CA that issued the certificate of `record` (the preferred one when it
-    /// is not known, or no longer configured).
-    fn issuer_of(&self, record: &Record) -> usize {
-        record
-            .issuer
-            .as_deref()
-            .and_then(|url| (0..=self.fallbacks.len()).find(|&i| self.ca_config(i).0 == url))
-            .unwrap_or(0)
+    /// The index of the CA that issued the certificate of `record`: the preferred one when
+    /// the record does not say (stored before there was a choice); `None` when that CA is no
+    /// longer configured (no ARI then, and no `replaces`: another CA does not know it).
+    fn issuer_of(&self, record: &Record) -> Option<usize> {
+        match record.issuer.as_deref() {
+            None => Some(0),
+            Some(url) => (0..=self.fallbacks.len()).find(|&i| self.ca_config(i).0 == url),
+        }
     }
 
     /// Whether the issuer of `record` offers ARI (as far as known: until it says it does not).
     fn offers_ari(&self, term: &Term, record: &Record) -> bool {
-        term.cas[self.issuer_of(record)]
-            .try_lock()
-            .ok()
-            .and_then(|slot| slot.as_ref().map(|ca| ca.offers_ari()))
-            .unwrap_or(true)
+        self.issuer_of(record).is_some_and(|issuer| {
+            term.cas[issuer]
+                .try_lock()
+                .ok()
+                .and_then(|slot| slot.as_ref().map(|ca| ca.offers_ari()))
+                .unwrap_or(true)
+        })
     }
 
     /// Waits until an account can be used at some CA (the preferred one first), retried with
@@ -548,8 +550,10 @@ impl Driver {
                 }
                 Action::FetchAri => {
                     let Some(h) = held.as_ref() else { continue };
-                    // Asked of the CA that issued it.
-                    let issuer = self.issuer_of(&record);
+                    // Asked of the CA that issued it (one no longer configured is not asked).
+                    let Some(issuer) = self.issuer_of(&record) else {
+                        continue;
+                    };
                     let answer = match self.ca(term, issuer).await {
                         Ok(ca) => ca.renewal_info(name, &h.leaf).await,
                         Err(e) => Err(e),
@@ -581,7 +585,7 @@ impl Driver {
                     let replaces = held
                         .as_ref()
                         .filter(|_| replaces)
-                        .map(|h| (&h.leaf, self.issuer_of(&record)));
+                        .and_then(|h| Some((&h.leaf, self.issuer_of(&record)?)));
                     let obtained = self
                         .obtain(term, group, replaces, held.is_some(), in_flight)
                         .await;

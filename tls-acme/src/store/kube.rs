@@ -314,7 +314,7 @@ impl KubeStore {
     async fn read_account(&self, directory: &str) -> Result<Option<StoredAccount>, Error> {
         let other = self.other_account(directory);
         let secret = other.as_ref().unwrap_or(&self.account);
-        let Some(stored) = Self::read(&secret).await? else {
+        let Some(stored) = Self::read(secret).await? else {
             return Ok(None);
         };
         if stored.data.get(DIRECTORY).map(Vec::as_slice) != Some(directory.as_bytes()) {
@@ -323,18 +323,18 @@ impl KubeStore {
         let Some(sealed) = stored.data.get(ACCOUNT_JSON) else {
             return Ok(None);
         };
-        let (json, reseal) = self.open_value(&secret, ACCOUNT_JSON, sealed)?;
+        let (json, reseal) = self.open_value(secret, ACCOUNT_JSON, sealed)?;
         let credentials = serde_json::from_slice(&json)
-            .map_err(|e| Self::data_error(&secret, &format!("{ACCOUNT_JSON} is not JSON"), e))?;
+            .map_err(|e| Self::data_error(secret, &format!("{ACCOUNT_JSON} is not JSON"), e))?;
         if reseal {
             // Only the leader reads the account: store it as the seal stores it now, with
             // everything else on the Secret as it was (its annotations are kept).
             let mut data = stored.data.clone();
             data.insert(
                 ACCOUNT_JSON.to_owned(),
-                self.seal_value(&secret, ACCOUNT_JSON, &json)?,
+                self.seal_value(secret, ACCOUNT_JSON, &json)?,
             );
-            self.write(&secret, &data, &BTreeMap::new()).await?;
+            self.write(secret, &data, &BTreeMap::new()).await?;
             tracing::info!(secret = %secret.id(), "sealed the stored ACME account again");
         }
         let replaced = stored.annotations.get(REPLACED_ANNOTATION).cloned();
@@ -348,11 +348,11 @@ impl KubeStore {
         let other = self.other_account(directory);
         let secret = other.as_ref().unwrap_or(&self.account);
         let json = serde_json::to_vec(account.credentials)
-            .map_err(|e| Self::data_error(&secret, ACCOUNT_JSON, e))?;
+            .map_err(|e| Self::data_error(secret, ACCOUNT_JSON, e))?;
         let data = BTreeMap::from([
             (
                 ACCOUNT_JSON.to_owned(),
-                self.seal_value(&secret, ACCOUNT_JSON, &json)?,
+                self.seal_value(secret, ACCOUNT_JSON, &json)?,
             ),
             (DIRECTORY.to_owned(), directory.as_bytes().to_vec()),
         ]);
@@ -366,7 +366,7 @@ impl KubeStore {
         if let Some(why) = account.replaced {
             annotations.insert(REPLACED_ANNOTATION.to_owned(), why.to_owned());
         }
-        self.write(&secret, &data, &annotations).await
+        self.write(secret, &data, &annotations).await
     }
 
     async fn read_cert(&self, name: &str) -> Result<Option<StoredCert>, Error> {
