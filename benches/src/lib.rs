@@ -478,3 +478,33 @@ pub async fn point_at_followers(
             .await;
     }
 }
+
+/// Whether every name of an ACME client's status is valid (and there is one).
+pub fn acme_all_valid(status: &tls_acme::AcmeStatus) -> bool {
+    !status.names.is_empty()
+        && status
+            .names
+            .values()
+            .all(|n| n.state == tls_acme::NameState::Valid)
+}
+
+/// Waits until a handshake for every one of `names` at `addr` verifies against `root`.
+///
+/// # Panics
+/// After five minutes without.
+pub async fn until_acme_served(
+    addr: std::net::SocketAddr,
+    names: &[String],
+    root: &rustls::pki_types::CertificateDer<'static>,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    for name in names {
+        while tls_test::probe_trusting(addr, name, std::slice::from_ref(root))
+            .await
+            .is_err()
+        {
+            assert!(std::time::Instant::now() < deadline, "{name} never served");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+}

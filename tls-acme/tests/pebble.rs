@@ -29,16 +29,6 @@ fn client(pebble: &Pebble, state: &Path) -> AcmeBuilder {
     client_at(&pebble.directory_url(), pebble, state)
 }
 
-/// A client of `directory` (Pebble, or a layer in front of it).
-fn client_at(directory: &str, pebble: &Pebble, state: &Path) -> AcmeBuilder {
-    Acme::builder(directory)
-        .contact("ops@example.com")
-        .directory_roots(vec![pebble.https_ca_der()])
-        .crypto_provider(provider())
-        .state_dir(state)
-        .stagger(Duration::from_millis(10))
-}
-
 #[cfg_attr(
     not(pebble),
     ignore = "needs Pebble, the ACME test server (apt install pebble)"

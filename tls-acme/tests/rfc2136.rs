@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tls_acme::rfc2136::{Rfc2136, TsigKey};
-use tls_acme::{Acme, ChallengeType, Dns01Solver as _};
+use tls_acme::{ChallengeType, Dns01Solver as _};
 use tls_test::{Bind, PATIENCE, Pebble, UNGRANTED_KEY, UPDATE_KEY};
 use tokio::net::TcpListener;
 
@@ -199,12 +199,7 @@ fn client(
     state: &std::path::Path,
     bind: &Bind,
 ) -> tls_acme::AcmeBuilder {
-    Acme::builder(directory)
-        .contact("ops@example.com")
-        .directory_roots(vec![pebble.https_ca_der()])
-        .crypto_provider(provider())
-        .state_dir(state)
-        .stagger(Duration::from_millis(10))
+    client_at(directory, pebble, state)
         .challenge(ChallengeType::Dns01)
         .dns01_solver(Arc::new(solver(bind, UPDATE_KEY)))
 }

@@ -3,13 +3,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
 use crate::PATIENCE;
-use crate::pebble::{free_udp_and_tcp_port, run, which};
+use crate::pebble::{free_udp_and_tcp_port, joined, lines_matching, run, which};
 
 /// How to install BIND, for the message of a test that needs it.
 const INSTALL: &str = "apt-get install bind9 bind9-dnsutils (named, tsig-keygen, dig)";
@@ -224,20 +224,12 @@ impl Bind {
 
     /// How many lines of `named`'s log contain `needle`.
     pub fn log_matching(&self, needle: &str) -> usize {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|line| line.contains(needle))
-            .count()
+        lines_matching(&self.log, needle)
     }
 
     /// `named`'s log so far.
     pub fn log(&self) -> String {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .join("\n")
+        joined(&self.log)
     }
 }
 

@@ -24,25 +24,25 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use benches::{
     AcmeReplica, AcmeServer, DEFAULT_LEASE as DEFAULTS, SHORT_LEASE as SHORT, Timing,
-    point_at_followers,
+    acme_all_valid as all_valid, point_at_followers, until_acme_served as until_served,
 };
 use bytes::Bytes;
 use instant_acme::{
     Account, BodyWrapper, BytesResponse, ChallengeType, HttpClient, Identifier, NewAccount,
     NewOrder, OrderStatus, RetryPolicy,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tls_acme::{Acme, AcmeBuilder, AcmeStatus, NameState};
-use tls_test::{AcmeLayer, KubeApi, Pebble, probe_trusting};
+use tls_acme::{Acme, AcmeBuilder, NameState};
+use tls_test::{AcmeLayer, KubeApi, Pebble};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpListener;
 
@@ -105,24 +105,6 @@ fn ms(d: Duration) -> f64 {
 // stream (what `serve --acme-directory` runs).
 
 type Served = AcmeServer;
-
-fn all_valid(status: &AcmeStatus) -> bool {
-    !status.names.is_empty() && status.names.values().all(|n| n.state == NameState::Valid)
-}
-
-/// Until a handshake for every name verifies against `root` at `addr`.
-async fn until_served(addr: SocketAddr, names: &[String], root: &CertificateDer<'static>) {
-    let deadline = Instant::now() + PATIENCE;
-    for name in names {
-        while probe_trusting(addr, name, std::slice::from_ref(root))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "{name} never served");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-}
 
 /// Pebble's TLS-ALPN port on 127.0.0.1, once the last server on it has let it go.
 async fn bind(port: u16) -> TcpListener {

@@ -15,38 +15,18 @@
 //! Each part runs `--runs` times (default 3), alternating with its baseline.
 //! `cargo run --release -p benches --bin acme_cas [-- --runs R]`
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::AcmeServer;
+use benches::{AcmeServer, acme_all_valid as all_valid, until_acme_served as until_served};
 use rustls::pki_types::CertificateDer;
 use tls_acme::rfc2136::{Rfc2136, TsigKey};
-use tls_acme::{
-    Acme, AcmeBuilder, AcmeStatus, ChallengeType, Dns01Solver, FallbackCa, NameState, SolverFuture,
-};
-use tls_test::{Bind, Pebble, UPDATE_KEY, probe_trusting};
+use tls_acme::{Acme, AcmeBuilder, ChallengeType, Dns01Solver, FallbackCa, SolverFuture};
+use tls_test::{Bind, Pebble, UPDATE_KEY};
 use tokio::net::TcpListener;
 
 const PATIENCE: Duration = Duration::from_secs(300);
 const NAMES: usize = 10;
-
-fn all_valid(status: &AcmeStatus) -> bool {
-    !status.names.is_empty() && status.names.values().all(|n| n.state == NameState::Valid)
-}
-
-async fn until_served(addr: SocketAddr, names: &[String], root: &CertificateDer<'static>) {
-    let deadline = Instant::now() + PATIENCE;
-    for name in names {
-        while probe_trusting(addr, name, std::slice::from_ref(root))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "{name} never served");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-}
 
 fn builder(directory: &str, pebble: &Pebble, state: &std::path::Path) -> AcmeBuilder {
     Acme::builder(directory)

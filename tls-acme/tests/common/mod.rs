@@ -56,6 +56,20 @@ impl Server {
     }
 }
 
+/// A client of `directory` (Pebble, or a layer in front of it), its state in `state`.
+pub fn client_at(
+    directory: &str,
+    pebble: &tls_test::Pebble,
+    state: &std::path::Path,
+) -> AcmeBuilder {
+    Acme::builder(directory)
+        .contact("ops@example.com")
+        .directory_roots(vec![pebble.https_ca_der()])
+        .crypto_provider(provider())
+        .state_dir(state)
+        .stagger(std::time::Duration::from_millis(10))
+}
+
 /// A listener on loopback for a server of ours, and Pebble as `configure` sets it up (validity,
 /// nonce rejection) validating TLS-ALPN-01 at the listener's port.
 pub async fn pebble_at_listener(

@@ -265,20 +265,12 @@ impl Pebble {
 
     /// How many lines of Pebble's (and challtestsrv's) log contain `needle`.
     pub fn log_matching(&self, needle: &str) -> usize {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|line| line.contains(needle))
-            .count()
+        lines_matching(&self.log, needle)
     }
 
     /// The log so far (for a failing test's message).
     pub fn log(&self) -> String {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .join("\n")
+        joined(&self.log)
     }
 
     /// Makes `host` resolve to `addr` (challtestsrv's `add-a`): Pebble's validator then
@@ -391,6 +383,22 @@ fn rustls_pemfile_certs(reader: &mut dyn io::BufRead) -> Vec<CertificateDer<'sta
     CertificateDer::pem_slice_iter(&text)
         .filter_map(Result::ok)
         .collect()
+}
+
+/// How many lines of a process's `log` contain `needle`.
+pub(crate) fn lines_matching(log: &Mutex<Vec<String>>, needle: &str) -> usize {
+    log.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|line| line.contains(needle))
+        .count()
+}
+
+/// A process's `log` so far, one line each.
+pub(crate) fn joined(log: &Mutex<Vec<String>>) -> String {
+    log.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .join("\n")
 }
 
 /// Runs `command` with its output appended, line by line, to `log` (killed when dropped).
