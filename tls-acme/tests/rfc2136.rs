@@ -42,6 +42,8 @@ fn solver(bind: &Bind, key: &str) -> Rfc2136 {
     Rfc2136::new(bind.addr().to_string(), key)
         .expect("a solver")
         .propagation(PATIENCE, Duration::from_millis(50))
+        // Hermetic: a name outside BIND's zones is asked of no resolver of the machine's.
+        .resolvers(Vec::new())
 }
 
 /// The records of a zone, as an AXFR lists them, but its SOA (whose serial every update
@@ -202,6 +204,39 @@ fn client(
     client_at(directory, pebble, state)
         .challenge(ChallengeType::Dns01)
         .dns01_solver(Arc::new(solver(bind, UPDATE_KEY)))
+}
+
+#[cfg_attr(
+    not(all(pebble, bind)),
+    ignore = "needs Pebble and BIND 9 (apt install pebble bind9 bind9-dnsutils)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_update_is_the_names_last_error_and_it_backs_off() {
+    let bind = bind().await;
+    let pebble = pebble(&bind).await;
+    let state = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = Server::start(
+        client(&pebble.directory_url(), &pebble, state.path(), &bind)
+            .dns01_solver(Arc::new(solver(&bind, UNGRANTED_KEY)))
+            .name("*.w.example.test"),
+        listener,
+    );
+    let status = server
+        .until("the name backing off", |s| {
+            s.names["*.w.example.test"].state == tls_acme::NameState::Backoff
+        })
+        .await;
+    let name = &status.names["*.w.example.test"];
+    let error = name.last_error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("REFUSED")
+            && error.contains("example.test")
+            && error.contains(&bind.addr().to_string()),
+        "{status:#?}"
+    );
+    assert!(name.retry_at.is_some(), "{status:#?}");
+    assert!(bind.txt(RECORD).await.is_empty(), "nothing was published");
 }
 
 #[cfg_attr(
