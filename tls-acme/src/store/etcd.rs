@@ -430,6 +430,66 @@ impl AcmeStore for EtcdStore {
 mod tests {
     use super::*;
 
+    /// An apex and its wildcard publish two DNS-01 values at one record: each is kept and
+    /// withdrawn on its own, and what an earlier version kept (untagged) is read and withdrawn
+    /// with its value.
+    #[cfg_attr(not(etcd), ignore = "needs etcd (apt install etcd-server etcd-client)")]
+    #[tokio::test]
+    async fn two_dns_01_values_at_one_record_are_kept_apart() {
+        let cluster = tls_test::EtcdCluster::shared().expect("etcd (apt install etcd-server)");
+        let prefix = cluster.prefix("acme-dns-values");
+        let keys = Keys::new(&prefix, "web");
+        let writer = format!("{prefix}fleets/web/writer");
+        let round = cluster.put(&writer, b"replica-1");
+        let untagged = format!(
+            "{}_acme-challenge.old.example.com",
+            keys.challenges(ChallengeType::Dns01)
+        );
+        cluster.put(&untagged, b"old-value");
+        let etcd = tls_etcd::Etcd::builder(cluster.endpoints())
+            .build()
+            .expect("a client");
+        let store = EtcdStore::new(
+            etcd,
+            keys,
+            writer,
+            Duration::ZERO,
+            Arc::new(tls_seal::Plain),
+        );
+        store
+            .begin_term(Term {
+                round: u64::try_from(round).expect("a revision"),
+                holder: "replica-1".into(),
+            })
+            .await
+            .unwrap();
+        let value = |name: &str, v: &str| Published {
+            kind: ChallengeType::Dns01,
+            name: name.into(),
+            value: v.as_bytes().to_vec(),
+        };
+        let record = "_acme-challenge.example.com";
+        store.publish(&value(record, "apex")).await.unwrap();
+        store.publish(&value(record, "wildcard")).await.unwrap();
+        let mut published = store.published().await.unwrap();
+        published.sort_by(|a, b| a.value.cmp(&b.value));
+        let old = value("_acme-challenge.old.example.com", "old-value");
+        assert_eq!(
+            published,
+            [
+                value(record, "apex"),
+                old.clone(),
+                value(record, "wildcard")
+            ]
+        );
+        store.withdraw(&value(record, "apex")).await.unwrap();
+        store.withdraw(&old).await.unwrap();
+        assert_eq!(
+            store.published().await.unwrap(),
+            [value(record, "wildcard")]
+        );
+    }
+
     #[test]
     fn the_keys_of_a_fleet_are_under_its_prefix_one_per_certificate() {
         let keys = Keys::new("/tls-rotation/", "web");
