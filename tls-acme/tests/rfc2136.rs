@@ -156,6 +156,21 @@ async fn a_refused_update_names_the_zone_the_server_and_why_and_changes_nothing(
             "{error}"
         );
 
+        // The right key, signed by a clock an hour behind the server's.
+        let behind = tls_source::clock::SteppedClock::starting_at(
+            std::time::SystemTime::now() - Duration::from_secs(3600),
+        );
+        let error = solver(&bind, UPDATE_KEY)
+            .clock(Arc::new(behind))
+            .present(RECORD, "v")
+            .await
+            .expect_err("bad time")
+            .to_string();
+        assert!(
+            error.contains("BADTIME") && error.contains(&server),
+            "{error}"
+        );
+
         // A key the server does not know.
         let unknown = TsigKey::new("nobody", "hmac-sha256", vec![7; 32]).unwrap();
         let error = Rfc2136::new(server.clone(), unknown)

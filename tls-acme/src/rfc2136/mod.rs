@@ -42,6 +42,7 @@ mod wire;
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, ResponseCode, update_message};
@@ -49,6 +50,8 @@ use hickory_proto::rr::rdata::TXT;
 use hickory_proto::rr::{Name, RData, Record, RecordSet, RecordType, TSigner};
 
 pub use key::{KeyFileError, TsigKey};
+
+use tls_source::clock::{Clock, SystemClock};
 
 use crate::challenge::{Dns01Solver, SolverFuture};
 
@@ -60,8 +63,11 @@ const MAX_CNAMES: usize = 8;
 #[derive(Clone)]
 pub struct Rfc2136 {
     server: String,
-    key: TsigKey,
+    /// The key's name, algorithm and secret.
     signer: TSigner,
+    /// The time the updates are signed at (the server refuses one off by more than the fudge,
+    /// 300 s: BADTIME).
+    clock: Arc<dyn Clock>,
     ttl: u32,
     timeout: Duration,
     propagation_timeout: Duration,
@@ -73,7 +79,8 @@ impl fmt::Debug for Rfc2136 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rfc2136")
             .field("server", &self.server)
-            .field("key", &self.key)
+            .field("key", &self.signer.signer_name().to_ascii())
+            .field("algorithm", &self.signer.algorithm().to_string())
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
@@ -87,17 +94,14 @@ impl Rfc2136 {
     /// A server that is not `HOST[:PORT]`, or a key the TSIG signer refuses.
     pub fn new(server: impl Into<String>, key: TsigKey) -> Result<Self, String> {
         let server = with_port(server.into())?;
-        let signer = TSigner::new(
-            key.secret.clone(),
-            key.algorithm.clone(),
-            key.name.clone(),
-            300,
-        )
-        .map_err(|e| format!("the TSIG key {}: {e}", key.name()))?;
+        let name = key.name();
+        // The key moves into the signer: one copy of the secret.
+        let signer = TSigner::new(key.secret, key.algorithm, key.name, 300)
+            .map_err(|e| format!("the TSIG key {name}: {e}"))?;
         Ok(Self {
             server,
-            key,
             signer,
+            clock: Arc::new(SystemClock),
             ttl: 60,
             timeout: Duration::from_secs(10),
             propagation_timeout: Duration::from_secs(120),
@@ -121,11 +125,18 @@ impl Rfc2136 {
     }
 
     /// How long to wait for every authoritative server to answer a new record, and how often
-    /// to ask. Default: 120 seconds, every 2.
+    /// to ask (10 ms to a minute). Default: 120 seconds, every 2.
     #[must_use]
     pub fn propagation(mut self, timeout: Duration, interval: Duration) -> Self {
         self.propagation_timeout = timeout;
-        self.check_interval = interval.max(Duration::from_millis(10));
+        self.check_interval = interval.clamp(Duration::from_millis(10), Duration::from_secs(60));
+        self
+    }
+
+    /// The clock the updates are signed with. Default: the system's.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -259,9 +270,8 @@ impl Rfc2136 {
         name: &Name,
         value: &str,
     ) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now()
-            .checked_add(self.propagation_timeout)
-            .unwrap_or_else(far_future);
+        // None: a timeout beyond the clock's range, so no deadline.
+        let deadline = tokio::time::Instant::now().checked_add(self.propagation_timeout);
         let mut waiting = servers;
         loop {
             let mut still = Vec::new();
@@ -278,7 +288,7 @@ impl Rfc2136 {
             if still.is_empty() {
                 return Ok(());
             }
-            if tokio::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| tokio::time::Instant::now() >= deadline) {
                 let missing: Vec<_> = still.iter().map(ToString::to_string).collect();
                 return Err(format!(
                     "{name}: the new TXT value is not answered by {} after {:?}",
@@ -304,7 +314,15 @@ impl Rfc2136 {
         let zone = self.zone(server, &name).await?;
         let message: Message =
             update_message::append(self.rrset(&name, value), zone.clone(), false, false);
-        wire::update(server, &zone, message, &self.signer, self.timeout).await?;
+        wire::update(
+            server,
+            &zone,
+            message,
+            &self.signer,
+            self.clock.now(),
+            self.timeout,
+        )
+        .await?;
         tracing::info!(record = %name, zone = %zone, server = %server, "DNS-01 record added");
         let servers = self.authoritative(server, &zone).await;
         self.until_answered(servers, &name, value).await
@@ -317,7 +335,15 @@ impl Rfc2136 {
         let zone = self.zone(server, &name).await?;
         let message =
             update_message::delete_by_rdata(self.rrset(&name, value), zone.clone(), false);
-        wire::update(server, &zone, message, &self.signer, self.timeout).await?;
+        wire::update(
+            server,
+            &zone,
+            message,
+            &self.signer,
+            self.clock.now(),
+            self.timeout,
+        )
+        .await?;
         tracing::info!(record = %name, zone = %zone, server = %server, "DNS-01 record removed");
         Ok(())
     }
@@ -331,10 +357,6 @@ impl Dns01Solver for Rfc2136 {
     fn clean_up<'a>(&'a self, record: &'a str, value: &'a str) -> SolverFuture<'a> {
         Box::pin(async move { self.remove(record, value).await.map_err(Into::into) })
     }
-}
-
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 /// `HOST:PORT`, with port 53 added to a bare host (an IPv6 address with a port in brackets).
@@ -392,6 +414,28 @@ fn system_resolvers() -> Vec<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_check_interval_is_clamped_and_the_secret_is_not_shown() {
+        let key = TsigKey::new("acme-update", "hmac-sha256", b"top-secret-bytes".to_vec()).unwrap();
+        let solver = Rfc2136::new("192.0.2.1", key)
+            .unwrap()
+            .propagation(Duration::MAX, Duration::MAX);
+        assert_eq!(
+            solver.check_interval,
+            Duration::from_secs(60),
+            "re-armed every minute"
+        );
+        let debug = format!("{solver:?}");
+        assert!(
+            debug.contains("acme-update") && debug.contains("hmac-sha256"),
+            "{debug}"
+        );
+        assert!(
+            !debug.contains("top-secret") && !debug.contains("116, 111, 112"),
+            "{debug}"
+        );
+    }
 
     #[test]
     fn a_server_gets_port_53_unless_it_names_one() {

@@ -56,15 +56,17 @@ pub(crate) async fn query(
     Ok(answer)
 }
 
-/// Sends an update signed by `signer` and checks the answer's signature and code.
+/// Sends an update signed by `signer` at `now` and checks the answer's signature and code.
 pub(crate) async fn update(
     server: SocketAddr,
     zone: &Name,
     mut message: Message,
     signer: &TSigner,
+    now: SystemTime,
     timeout: Duration,
 ) -> Result<(), String> {
-    let now = SystemTime::now()
+    // Before 1970: 0, which the server refuses as BADTIME, said below.
+    let now = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut verifier = message
