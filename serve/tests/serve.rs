@@ -2102,6 +2102,24 @@ async fn acme_an_ip_address_is_ordered_and_served_to_handshakes_without_a_server
     assert_eq!(pebble.orders(), cases.len(), "{}", pebble.log());
 }
 
+/// Pebble validating TLS-ALPN-01 at `port`, with the two names the fleet tests order resolving
+/// to 127.0.0.2 and 127.0.0.3: the replicas there, not the first one (which leads), answer
+/// the CA's validations.
+async fn pebble_validating_at_followers(port: u16) -> (tls_test::Pebble, [&'static str; 2]) {
+    let pebble = tls_test::Pebble::builder()
+        .tls_port(port)
+        .start_required()
+        .await;
+    let names = ["a.example.com", "b.example.com"];
+    pebble
+        .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))
+        .await;
+    pebble
+        .add_a(names[1], std::net::Ipv4Addr::new(127, 0, 0, 3))
+        .await;
+    (pebble, names)
+}
+
 /// ACME for a fleet: three `serve --k8s-shared --acme-directory` replicas on 127.0.0.1, .2 and
 /// .3, each through its own API endpoint; the first leads and orders, the CA's validation of
 /// each name reaches another replica (challtestsrv points the names there), every replica
@@ -2114,17 +2132,7 @@ async fn acme_an_ip_address_is_ordered_and_served_to_handshakes_without_a_server
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acme_fleet_orders_once_every_replica_answers_and_serves_and_a_restart_orders_nothing() {
     let port = free_port();
-    let pebble = tls_test::Pebble::builder()
-        .tls_port(port)
-        .start_required()
-        .await;
-    let names = ["a.example.com", "b.example.com"];
-    pebble
-        .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))
-        .await;
-    pebble
-        .add_a(names[1], std::net::Ipv4Addr::new(127, 0, 0, 3))
-        .await;
+    let (pebble, names) = pebble_validating_at_followers(port).await;
     let api = tls_test::KubeApi::start().await;
     let dir = tempfile::tempdir().unwrap();
     let (directory, ca) = (pebble.directory_url(), pebble.https_ca_file());
@@ -2549,17 +2557,7 @@ async fn etcd_shared_acme_orders_each_name_once_and_a_killed_leaders_order_is_re
     let cluster = tls_test::EtcdCluster::shared().expect("etcd");
     let prefix = cluster.prefix("serve-acme");
     let port = free_port();
-    let pebble = tls_test::Pebble::builder()
-        .tls_port(port)
-        .start_required()
-        .await;
-    let names = ["a.example.com", "b.example.com"];
-    pebble
-        .add_a(names[0], std::net::Ipv4Addr::new(127, 0, 0, 2))
-        .await;
-    pebble
-        .add_a(names[1], std::net::Ipv4Addr::new(127, 0, 0, 3))
-        .await;
+    let (pebble, names) = pebble_validating_at_followers(port).await;
     let layer = pebble.layer().await;
     layer.hold_next("/chalZ/", false);
     let (directory, ca, root) = (

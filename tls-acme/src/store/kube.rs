@@ -655,6 +655,19 @@ mod tests {
         )
     }
 
+    /// The store of a replica leading in `round`.
+    async fn leading(api: &tls_test::KubeApi, round: u64) -> KubeStore {
+        let store = store(api);
+        store
+            .begin_term(Term {
+                round,
+                holder: "replica-1".into(),
+            })
+            .await
+            .unwrap();
+        store
+    }
+
     /// A fleet's state as the previous version wrote it: every name's schedule and order in
     /// `web-acme-state`. A new leader reads them, moves on from them, and a replica of the
     /// previous version still reads the budget the new one writes.
@@ -677,14 +690,7 @@ mod tests {
                 ("status.json", b"{}"),
             ],
         );
-        let store = store(&api);
-        store
-            .begin_term(Term {
-                round: 7,
-                holder: "replica-1".into(),
-            })
-            .await
-            .unwrap();
+        let store = leading(&api, 7).await;
         let record = store.record("a.example.com").await.expect("readable");
         assert_eq!(record.retry_at, Some(1_800_000_000));
         assert_eq!(record.failures, 3);
@@ -725,14 +731,7 @@ mod tests {
     #[tokio::test]
     async fn each_cas_account_is_kept_and_the_preferred_one_where_replicas_look() {
         let api = tls_test::KubeApi::start().await;
-        let store = store(&api);
-        store
-            .begin_term(Term {
-                round: 1,
-                holder: "replica-1".into(),
-            })
-            .await
-            .unwrap();
+        let store = leading(&api, 1).await;
         let save = |directory: &'static str, thumbprint: &'static str| {
             let store = &store;
             async move {
@@ -781,14 +780,7 @@ mod tests {
             "web-acme-state",
             &[("dns01._acme-challenge.old.example.com", b"old-value")],
         );
-        let store = store(&api);
-        store
-            .begin_term(Term {
-                round: 1,
-                holder: "replica-1".into(),
-            })
-            .await
-            .unwrap();
+        let store = leading(&api, 1).await;
         let value = |v: &str| Published {
             kind: ChallengeType::Dns01,
             name: "_acme-challenge.example.com".into(),
