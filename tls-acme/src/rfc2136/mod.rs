@@ -307,11 +307,17 @@ impl Rfc2136 {
         rrset
     }
 
-    async fn publish(&self, record: &str, value: &str) -> Result<(), String> {
+    /// The update server's address, where `record` is published (its CNAMEs followed), and
+    /// that name's zone.
+    async fn locate(&self, record: &str) -> Result<(SocketAddr, Name, Name), String> {
         let server = self.server().await?;
-        let record = fqdn(record)?;
-        let name = self.target(server, &record).await?;
+        let name = self.target(server, &fqdn(record)?).await?;
         let zone = self.zone(server, &name).await?;
+        Ok((server, name, zone))
+    }
+
+    async fn publish(&self, record: &str, value: &str) -> Result<(), String> {
+        let (server, name, zone) = self.locate(record).await?;
         let message: Message =
             update_message::append(self.rrset(&name, value), zone.clone(), false, false);
         wire::update(
@@ -329,10 +335,7 @@ impl Rfc2136 {
     }
 
     async fn remove(&self, record: &str, value: &str) -> Result<(), String> {
-        let server = self.server().await?;
-        let record = fqdn(record)?;
-        let name = self.target(server, &record).await?;
-        let zone = self.zone(server, &name).await?;
+        let (server, name, zone) = self.locate(record).await?;
         let message =
             update_message::delete_by_rdata(self.rrset(&name, value), zone.clone(), false);
         wire::update(
