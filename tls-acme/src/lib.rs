@@ -8,8 +8,9 @@
 //!   ([`Challenges`], a [`HandshakeHook`](tls_reload::HandshakeHook) that takes the CA's
 //!   `acme-tls/1` handshake over, also before the server is ready: on a first start
 //!   nothing is stored and every other handshake is refused until a certificate exists);
-//!   HTTP-01 as a tower service ([`Http01`], stateless: `token.thumbprint`); DNS-01 through
-//!   a [`Dns01Solver`] (the only one for wildcards): yours, or RFC 2136 dynamic updates
+//!   HTTP-01 as a tower service ([`Http01`], stateless: `token.thumbprint`; an order at a
+//!   fallback CA whose account has another key is answered by token while it runs); DNS-01
+//!   through a [`Dns01Solver`] (the only one for wildcards): yours, or RFC 2136 dynamic updates
 //!   signed with TSIG on any standard DNS server (`rfc2136::Rfc2136`, feature `rfc2136`).
 //! - **More than one CA** ([`AcmeBuilder::fallback`], [`FallbackCa`]): an order that fails
 //!   for a reason of the CA's (unreachable, a 5xx, `serverInternal`, `rateLimited`) is placed
