@@ -54,6 +54,7 @@ type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 pub struct ClientAuth {
     overlap: Duration,
     configure: Option<Configure>,
+    authorization: Option<crate::Authorization>,
     /// `None`: the served bundle's CA certificates; else a source of its own.
     source: Option<BoxStream<'static, TrustItem>>,
 }
@@ -63,6 +64,7 @@ impl fmt::Debug for ClientAuth {
         f.debug_struct("ClientAuth")
             .field("overlap", &self.overlap)
             .field("configure", &self.configure.is_some())
+            .field("authorization", &self.authorization)
             .field("from_bundle", &self.source.is_none())
             .finish()
     }
@@ -76,6 +78,7 @@ impl ClientAuth {
         Self {
             overlap: Duration::ZERO,
             configure: None,
+            authorization: None,
             source: None,
         }
     }
@@ -91,6 +94,7 @@ impl ClientAuth {
         Self {
             overlap: Duration::ZERO,
             configure: None,
+            authorization: None,
             source: Some(Box::pin(source)),
         }
     }
@@ -100,6 +104,27 @@ impl ClientAuth {
     /// good).
     pub fn overlap(mut self, overlap: Duration) -> Self {
         self.overlap = overlap;
+        self
+    }
+
+    /// Which verified clients may connect: after a client's chain verifies against the trusted
+    /// CAs, `authorization` is asked about its identity (common name, DNS and URI SANs); a
+    /// refusal fails the handshake with the TLS alert `access_denied`, is logged with the
+    /// client's identity and counted (`tls_reload_clients_refused_total`). A resumed session
+    /// is checked again before it is served (by the accept stream, or
+    /// [`Reloader::verify_resumed`](crate::Reloader::verify_resumed)), and when the rules
+    /// change ([`Authorization::set`](crate::Authorization::set)) the accept stream closes
+    /// every open connection they refuse, as when a CA leaves. Default: every verified client.
+    ///
+    /// ```
+    /// use tls_reload::{AllowList, Authorization, ClientAuth, Rule};
+    ///
+    /// let rules = AllowList::new(["uri=spiffe://example.org/ns/prod/*".parse::<Rule>().unwrap()]);
+    /// let auth = ClientAuth::from_bundle().authorize(Authorization::new(rules));
+    /// # drop(auth);
+    /// ```
+    pub fn authorize(mut self, authorization: crate::Authorization) -> Self {
+        self.authorization = Some(authorization);
         self
     }
 
@@ -121,6 +146,8 @@ pub(crate) struct TrustConfig {
     /// The verifier after each removal of a CA: open connections are checked again with it.
     revoked: watch::Sender<Arc<dyn ClientCertVerifier>>,
     configure: Option<Configure>,
+    /// Asked after each verified chain.
+    authorization: Option<crate::Authorization>,
     provider: Arc<CryptoProvider>,
     /// Weak, as everything the task holds: the task ends when the handles and resolver are gone.
     resolver: Weak<CertResolver>,
@@ -145,6 +172,8 @@ pub(crate) struct TrustParts {
     pub(crate) revoked: watch::Receiver<Arc<dyn ClientCertVerifier>>,
     /// The verifier in force now: what a resumed client is checked against.
     pub(crate) current: Arc<ArcSwap<Arc<dyn ClientCertVerifier>>>,
+    /// With [`ClientAuth::authorize`]: a new value on every change of the rules.
+    pub(crate) rules: Option<watch::Receiver<u64>>,
 }
 
 impl TrustParts {
@@ -158,15 +187,25 @@ impl TrustParts {
         ticketer: Option<Arc<dyn ProducesTickets>>,
     ) -> Result<Self, rustls::Error> {
         let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSIONS);
-        let (config, verifier) =
-            crate::tls::mtls_server_config(&provider, resolver, &[], &sessions)?;
+        let (config, verifier) = crate::tls::mtls_server_config(
+            &provider,
+            resolver,
+            &[],
+            &sessions,
+            auth.authorization.as_ref(),
+        )?;
         let shared = Arc::new(ArcSwap::from_pointee(config.clone()));
         let current = Arc::new(ArcSwap::from_pointee(Arc::clone(&verifier)));
         let (revoked_tx, revoked) = watch::channel(verifier);
         let set = TrustSet::new(auth.overlap, auth.source.is_none());
+        let rules = auth
+            .authorization
+            .as_ref()
+            .map(crate::Authorization::changes);
         let mut trust = TrustConfig {
             revoked: revoked_tx,
             configure: auth.configure,
+            authorization: auth.authorization,
             provider,
             resolver: Arc::downgrade(resolver),
             sessions,
@@ -183,6 +222,7 @@ impl TrustParts {
             shared,
             revoked,
             current,
+            rules,
         })
     }
 }
@@ -201,8 +241,13 @@ impl TrustConfig {
         let Some(resolver) = self.resolver.upgrade() else {
             return Ok(()); // Nothing is served any more.
         };
-        let (config, verifier) =
-            crate::tls::mtls_server_config(&self.provider, &resolver, roots, &self.sessions)?;
+        let (config, verifier) = crate::tls::mtls_server_config(
+            &self.provider,
+            &resolver,
+            roots,
+            &self.sessions,
+            self.authorization.as_ref(),
+        )?;
         self.finish_and_store(config);
         self.current.store(Arc::new(Arc::clone(&verifier)));
         // Its own event: the server's certificate (and its generation) did not change.

@@ -82,6 +82,8 @@
 //! | `tls_reload_last_success_timestamp_seconds` | gauge | `route` | the last install, or the last good read of unchanged material after an error |
 //! | `tls_reload_ready` | gauge | | 1 once everything that must be served is, else 0 |
 //! | `tls_reload_client_ca_changes_total` | counter | | changes of the trusted client CAs applied (mTLS, [`ClientAuth`]): a new set from the source, or a CA leaving after its overlap; the server's certificate and `generation` do not move |
+//! | `tls_reload_clients_refused_total` | counter | | verified clients the authorization rules refused in the handshake ([`ClientAuth::authorize`]); each is logged with its identity |
+//! | `tls_reload_authorization_changes_total` | counter | | changes of the authorization rules applied ([`Authorization::set`]) |
 //!
 //! The default's and the static routes' counters are recorded at 0, for every reason, when the
 //! reloader starts, so a first scrape has them and an `increase()` alert sees the first event.
@@ -139,6 +141,7 @@
 
 #[cfg(feature = "accept")]
 mod accept;
+mod authorize;
 mod client;
 mod client_auth;
 mod engine;
@@ -166,6 +169,7 @@ pub use accept::{
     DEFAULT_CLOSE_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES, HTTP1_QUIET, Incoming,
     IncomingBuilder, TlsConnection, TlsInfo,
 };
+pub use authorize::{AllowList, Authorization, Authorize, ClientIdentity, Rule, RuleError};
 pub use client::{BoxError, ClientStatus, ClientTls, ClientTlsBuilder, Rebuilt};
 #[cfg(feature = "hyper")]
 pub use client::{Connector, Fresh};

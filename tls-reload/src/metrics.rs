@@ -57,6 +57,14 @@ pub(crate) fn describe() {
                 "tls_reload_client_ca_changes_total",
                 "Changes of the trusted client CAs (mTLS) applied"
             );
+            describe_counter!(
+                "tls_reload_clients_refused_total",
+                "Verified clients refused by the authorization rules (mTLS)"
+            );
+            describe_counter!(
+                "tls_reload_authorization_changes_total",
+                "Changes of the client authorization rules applied"
+            );
         });
     }
 }
@@ -183,6 +191,18 @@ pub(crate) fn source_error(route: Option<&str>) {
 pub(crate) fn client_cas_changed() {
     #[cfg(feature = "metrics")]
     metrics::counter!("tls_reload_client_ca_changes_total").increment(1);
+}
+
+/// A verified client was refused by the authorization rules.
+pub(crate) fn client_refused() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tls_reload_clients_refused_total").increment(1);
+}
+
+/// The client authorization rules changed.
+pub(crate) fn authorization_changed() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tls_reload_authorization_changes_total").increment(1);
 }
 
 /// Readiness, after each batch.

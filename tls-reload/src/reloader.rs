@@ -78,6 +78,10 @@ pub struct Reloader {
     /// With client authentication: the verifier in force now (a resumed client is checked
     /// against it).
     trust_now: Option<Arc<ArcSwap<Arc<dyn rustls::server::danger::ClientCertVerifier>>>>,
+    /// With [`ClientAuth::authorize`](crate::ClientAuth::authorize): a new value on every
+    /// change of the rules (open connections are checked again with `trust_now`).
+    #[cfg_attr(not(feature = "accept"), allow(dead_code))]
+    rules: Option<watch::Receiver<u64>>,
     /// The session tickets every config gets ([`Builder::session_tickets`]).
     ticketer: Option<Arc<dyn rustls::server::ProducesTickets>>,
     #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
@@ -352,7 +356,7 @@ impl Builder {
                         })?;
                 (
                     Some((parts.set, parts.config, parts.source)),
-                    Some((parts.shared, parts.revoked, parts.current)),
+                    Some((parts.shared, parts.revoked, parts.current, parts.rules)),
                 )
             }
             None => (None, None),
@@ -406,9 +410,16 @@ impl Builder {
                 status: rx,
                 ended: ended_rx,
                 token,
-                tls_config: tls_config.as_ref().map(|(shared, _, _)| Arc::clone(shared)),
-                revoked: tls_config.as_ref().map(|(_, revoked, _)| revoked.clone()),
-                trust_now: tls_config.map(|(_, _, current)| current),
+                tls_config: tls_config
+                    .as_ref()
+                    .map(|(shared, _, _, _)| Arc::clone(shared)),
+                revoked: tls_config
+                    .as_ref()
+                    .map(|(_, revoked, _, _)| revoked.clone()),
+                rules: tls_config
+                    .as_ref()
+                    .and_then(|(_, _, _, rules)| rules.clone()),
+                trust_now: tls_config.map(|(_, _, current, _)| current),
                 ticketer,
                 #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
                 tickets: self.tickets,
@@ -599,6 +610,12 @@ impl Reloader {
         &self,
     ) -> Option<watch::Receiver<Arc<dyn rustls::server::danger::ClientCertVerifier>>> {
         self.revoked.clone()
+    }
+
+    /// With client authorization rules: a new value on every change of them.
+    #[cfg_attr(not(feature = "accept"), allow(dead_code))]
+    pub(crate) fn rule_changes(&self) -> Option<watch::Receiver<u64>> {
+        self.rules.clone()
     }
 
     /// A receiver of the reloader's [`Status`], updated on every install, rejection, source

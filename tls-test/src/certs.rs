@@ -117,6 +117,32 @@ impl TestCa {
         )
     }
 
+    /// A client certificate (extended key usage clientAuth) with the common name `cn` and
+    /// these URI SANs (a SPIFFE ID: `spiffe://example.org/ns/prod/sa/web`), no DNS name, valid
+    /// from an hour ago for a day.
+    ///
+    /// # Panics
+    /// If a URI is not a valid IA5 string.
+    pub fn uri_client_leaf(&self, cn: &str, uris: &[&str]) -> TestCert {
+        let (not_before, not_after) = valid_now();
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = uris
+            .iter()
+            .map(|uri| {
+                rcgen::SanType::URI(rcgen::string::Ia5String::try_from(*uri).expect("a URI"))
+            })
+            .collect();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cn);
+        params.distinguished_name = dn;
+        params.not_before = not_before.into();
+        params.not_after = not_after.into();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a test key");
+        self.signed(&params, &key)
+    }
+
     /// A client certificate for `name`, valid between the two instants.
     ///
     /// # Panics
@@ -212,6 +238,10 @@ impl TestCa {
         params.not_after = not_after.into();
         params.extended_key_usages = vec![purpose];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        self.signed(&params, key)
+    }
+
+    fn signed(&self, params: &CertificateParams, key: &KeyPair) -> TestCert {
         let issuer = Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(key, &issuer).expect("sign leaf");
         let cert_pem = cert.pem();

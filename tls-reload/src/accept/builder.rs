@@ -178,6 +178,7 @@ impl IncomingBuilder {
                 .map(|age| (age, self.reloader.resolver(), self.reloader.status())),
             follow: Follow {
                 revoked: self.reloader.revocations(),
+                rules: self.reloader.rule_changes(),
                 current: self.reloader.trust_now(),
                 at_expiry: self.close_at_client_expiry,
                 grace: self.close_grace,

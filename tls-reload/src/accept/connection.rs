@@ -129,6 +129,9 @@ impl std::task::Wake for Woken {
 pub(super) struct Follow {
     /// The verifier after each removal of a CA.
     pub(super) revoked: Option<watch::Receiver<Arc<dyn ClientCertVerifier>>>,
+    /// With authorization rules: changes on every change of them; the client is then checked
+    /// again against `current`.
+    pub(super) rules: Option<watch::Receiver<u64>>,
     /// The verifier in force: a resumed client is checked against it before it is served.
     pub(super) current: Option<Arc<arc_swap::ArcSwap<Arc<dyn ClientCertVerifier>>>>,
     /// Close at the client certificate's `notAfter`.
@@ -153,18 +156,38 @@ impl Lifetime {
             .map(|leaf| leaf.not_after);
         let closing = CancellationToken::new();
         let signal = closing.clone();
-        let Follow { revoked, grace, .. } = follow;
+        let Follow {
+            revoked,
+            rules,
+            current,
+            grace,
+            ..
+        } = follow;
         let deadline = async move {
             let untrusted = async {
                 let Some(mut revoked) = revoked else {
                     return std::future::pending().await;
                 };
+                let mut rules = rules;
                 loop {
-                    if revoked.changed().await.is_err() {
-                        // The reloader is gone: the trust will not change again.
-                        return std::future::pending().await;
-                    }
-                    let verifier = Arc::clone(&revoked.borrow_and_update());
+                    let verifier = tokio::select! {
+                        changed = revoked.changed() => {
+                            if changed.is_err() {
+                                // The reloader is gone: the trust will not change again.
+                                return std::future::pending().await;
+                            }
+                            Arc::clone(&revoked.borrow_and_update())
+                        }
+                        Some(()) = async {
+                            match rules.as_mut() {
+                                Some(rules) => rules.changed().await.ok(),
+                                None => std::future::pending().await,
+                            }
+                        } => match &current {
+                            Some(current) => Arc::clone(&**current.load()),
+                            None => continue,
+                        },
+                    };
                     if let Err(err) =
                         verifier.verify_client_cert(&chain[0], &chain[1..], UnixTime::now())
                     {

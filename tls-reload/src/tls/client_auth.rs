@@ -22,6 +22,7 @@ pub(crate) fn mtls_server_config(
     resolver: &Arc<CertResolver>,
     roots: &[CertificateDer<'static>],
     sessions: &Arc<dyn StoresServerSessions>,
+    authorization: Option<&crate::Authorization>,
 ) -> Result<(ServerConfig, Arc<dyn ClientCertVerifier>), rustls::Error> {
     let verifier: Arc<dyn ClientCertVerifier> = if roots.is_empty() {
         Arc::new(RefuseAll(Signatures(
@@ -35,6 +36,13 @@ pub(crate) fn mtls_server_config(
         WebPkiClientVerifier::builder_with_provider(Arc::new(store), Arc::clone(provider))
             .build()
             .map_err(|e| rustls::Error::General(e.to_string()))?
+    };
+    let verifier: Arc<dyn ClientCertVerifier> = match authorization {
+        Some(authorization) => Arc::new(Authorized {
+            inner: verifier,
+            authorization: authorization.clone(),
+        }),
+        None => verifier,
     };
     let mut config = ServerConfig::builder_with_provider(Arc::clone(provider))
         .with_safe_default_protocol_versions()?
@@ -84,5 +92,61 @@ impl ClientCertVerifier for RefuseAll {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.schemes()
+    }
+}
+
+/// A verifier, then the authorization rules on the client's identity.
+#[derive(Debug)]
+struct Authorized {
+    inner: Arc<dyn ClientCertVerifier>,
+    authorization: crate::Authorization,
+}
+
+impl ClientCertVerifier for Authorized {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        self.authorization.check(end_entity)?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

@@ -12,7 +12,10 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::nom::Parser as _;
 use x509_parser::prelude::X509Certificate;
 
+mod identity;
 mod lean;
+
+pub use identity::Identity;
 
 /// The parts of an X.509 certificate that rotation cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
