@@ -171,8 +171,11 @@
 //! The end-to-end tests (`tests/serve.rs`) run the binary as a user does; `SERVE_BIN` points
 //! them at another build of it (an installed one, say).
 
+mod allow;
 mod cli;
+mod connect;
 mod log;
+mod proxy;
 mod run;
 mod status;
 

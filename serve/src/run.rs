@@ -18,7 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{AcmeArgs, AcmeState, Args, Certs, SealArgs, SelfSignedArgs, Tickets};
+use crate::cli::{AcmeArgs, AcmeState, Args, Certs, Mode, SealArgs, SelfSignedArgs, Tickets};
 use crate::status::{AppState, Leader, Sealing, status_json};
 
 /// The log filter without `RUST_LOG`: our own events at info, third-party crates only at error
@@ -55,20 +55,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // the process default).
     let _ = Arc::unwrap_or_clone(crate::cli::crypto_provider()).install_default();
     let shutdown = CancellationToken::new();
-    if let Some(addr) = args.metrics {
-        // Before any source runs, so that nothing recorded is lost.
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .with_context(|| format!("--metrics {addr}: cannot serve metrics"))?;
-        tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
-    }
+    // Before any source runs, so that nothing recorded is lost.
+    let metrics = metrics(&args, &shutdown).await?;
 
     let (source, trigger, fleet) = source(&args, &shutdown).await?;
+    if let Mode::Connect(options) = &args.mode {
+        let client = crate::connect::client(&args, options, source, &shutdown).await?;
+        spawn_signal_handler(shutdown.clone(), trigger, None, None)?;
+        if let Some(addr) = args.status_listen {
+            let app = Router::new()
+                .route("/", get(crate::status::client_status_json))
+                .with_state(client.clone());
+            spawn_status(addr, app, metrics, shutdown.clone()).await?;
+        }
+        return crate::connect::serve(options, client, shutdown, GRACE).await;
+    }
     let (leader, released, sealing) = match fleet {
         Some(f) => (Some(f.leader), Some(f.released), Some(f.seal)),
         None => (None, None, None),
     };
+    // SIGHUP reads the --allow-file again.
+    let reread_rules = Arc::new(tokio::sync::Notify::new());
     let mut builder = Reloader::builder()
         .cancellation_token(shutdown.clone())
         .sni_strict(args.sni.strict)
@@ -79,7 +86,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .poll_interval(args.poll)
             .notify(args.notify)
             .build();
-        builder = builder.client_auth(tls_rotation::ClientAuth::from_source(cas).overlap(*overlap));
+        let mut auth = tls_rotation::ClientAuth::from_source(cas).overlap(*overlap);
+        if let Some(allow) = &args.allow {
+            auth = auth.authorize(crate::allow::authorization(
+                allow,
+                args.poll,
+                Arc::clone(&reread_rules),
+                shutdown.clone(),
+            )?);
+        }
+        builder = builder.client_auth(auth);
     }
     for (name, dir) in &args.sni.routes {
         let files = FileSource::kubernetes_dir(dir)
@@ -146,7 +162,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Reserve the port first, so a busy one fails at once; listen (and announce) only once a
     // certificate is installed: until then connections are refused, not left hanging.
     let socket = bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
-    spawn_signal_handler(shutdown.clone(), trigger, acme.clone())?;
+    spawn_signal_handler(
+        shutdown.clone(),
+        trigger,
+        acme.clone(),
+        args.allow
+            .as_ref()
+            .and_then(|a| a.file.as_ref())
+            .map(|_| reread_rules),
+    )?;
     tokio::select! {
         ready = ready(&reloader, args.ready_timeout, args.fail_fast) => ready?,
         () = shutdown.cancelled() => return Ok(()),
@@ -169,6 +193,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             acme: acme.as_deref().map(tls_rotation::acme::Acme::status),
             tickets: (!matches!(args.tickets, Tickets::Off)).then(|| reloader.clone()),
         });
+    if let Some(addr) = args.status_listen {
+        spawn_status(addr, app.clone(), metrics, shutdown.clone()).await?;
+    }
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
     // that will never rotate again: serving goes on until the server shuts down gracefully,
@@ -184,8 +211,43 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })
         }
     });
-    println!("listening on https://{addr}");
-    serve(incoming, app).await;
+    match &args.mode {
+        Mode::Http(proxy) => {
+            println!(
+                "listening on https://{addr}, proxying to {}",
+                proxy.upstream
+            );
+            tls_rotation::http::HttpServer::new()
+                .drain(GRACE)
+                .idle_timeout(proxy.idle_timeout)
+                .serve(incoming, crate::proxy::http::Proxy::new(proxy))
+                .await;
+            tracing::info!("all connections closed");
+        }
+        Mode::Tcp {
+            upstream,
+            proxy_protocol,
+            idle_timeout,
+        } => {
+            println!("listening on https://{addr}, passing the bytes to {upstream}");
+            let proxy = Arc::new(crate::proxy::tcp::TcpProxy {
+                upstream: upstream.clone(),
+                proxy_protocol: *proxy_protocol,
+                idle_timeout: *idle_timeout,
+            });
+            let open = incoming
+                .spawn_each(move |conn| Arc::clone(&proxy).carry(conn))
+                .await;
+            if tokio::time::timeout(GRACE, open.wait()).await.is_err() {
+                tracing::warn!(drain = ?GRACE, "drain period over; dropping the remaining connections");
+            }
+            tracing::info!("all connections closed");
+        }
+        Mode::Status | Mode::Connect(_) => {
+            println!("listening on https://{addr}");
+            serve(incoming, app).await;
+        }
+    }
     reloader.stopped().await;
     if let Some(released) = released {
         // A leader gives up its Lease, so that another replica leads at once.
@@ -597,12 +659,103 @@ async fn kube_client() -> anyhow::Result<tls_rotation::k8s::kube::Client> {
         .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")
 }
 
-/// SIGHUP re-reads the certificate files and retries every failed ACME name (as the CA's limits
-/// allow); SIGINT and SIGTERM cancel `shutdown`, and a second one exits at once.
+/// The Prometheus recorder, installed when `--metrics` or `--status-listen` asks for it: with
+/// `--metrics` alone, the exporter's own listener serves it; with `--status-listen`, the
+/// handle its `/metrics` renders (and `--metrics`, if given too, serves the same).
+async fn metrics(
+    args: &Args,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<metrics_exporter_prometheus::PrometheusHandle>> {
+    let builder = metrics_exporter_prometheus::PrometheusBuilder::new();
+    match (args.metrics, args.status_listen) {
+        (None, None) => Ok(None),
+        (Some(addr), None) => {
+            builder
+                .with_http_listener(addr)
+                .install()
+                .with_context(|| format!("--metrics {addr}: cannot serve metrics"))?;
+            tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+            Ok(None)
+        }
+        (metrics_addr, Some(_)) => {
+            let handle = builder
+                .install_recorder()
+                .context("cannot install the metrics recorder")?;
+            // The exporter's upkeep (histograms' buckets), as its own listener would run it.
+            let upkeep = handle.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => upkeep.run_upkeep(),
+                        () = stop.cancelled() => return,
+                    }
+                }
+            });
+            if let Some(addr) = metrics_addr {
+                let app = Router::new().route("/metrics", metrics_route(handle.clone()));
+                serve_plain(addr, "--metrics", app, shutdown.clone()).await?;
+                tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+            }
+            Ok(Some(handle))
+        }
+    }
+}
+
+fn metrics_route<S: Clone + Send + Sync + 'static>(
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) -> axum::routing::MethodRouter<S> {
+    get(move || std::future::ready(handle.render()))
+}
+
+/// `--status-listen`: `app` (the status page) and `/metrics` over plain HTTP on `addr`.
+async fn spawn_status(
+    addr: SocketAddr,
+    app: Router,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let app = match metrics {
+        Some(handle) => app.route("/metrics", metrics_route(handle)),
+        None => app,
+    };
+    let addr = serve_plain(addr, "--status-listen", app, shutdown).await?;
+    println!("status on http://{addr}/");
+    Ok(())
+}
+
+/// Serves `app` over plain HTTP on `addr` until `shutdown`; the address bound.
+async fn serve_plain(
+    addr: SocketAddr,
+    flag: &str,
+    app: Router,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{flag} {addr}: cannot listen"))?;
+    let bound = listener.local_addr()?;
+    let flag = flag.to_owned();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "{flag}: the listener stopped");
+        }
+    });
+    Ok(bound)
+}
+
+/// SIGHUP re-reads the certificate files and the `--allow-file` (`rules`), and retries every
+/// failed ACME name (as the CA's limits allow); SIGINT and SIGTERM cancel `shutdown`, and a
+/// second one exits at once.
 fn spawn_signal_handler(
     shutdown: CancellationToken,
     trigger: Option<Trigger>,
     acme: Option<Arc<tls_rotation::acme::Acme>>,
+    rules: Option<Arc<tokio::sync::Notify>>,
 ) -> anyhow::Result<()> {
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -615,6 +768,10 @@ fn spawn_signal_handler(
                 _ = interrupt.recv() => true,
             };
             if !stop {
+                if let Some(rules) = &rules {
+                    tracing::info!("SIGHUP: re-reading --allow-file");
+                    rules.notify_one();
+                }
                 if let Some(acme) = &acme {
                     tracing::info!(
                         "SIGHUP: retrying every failed ACME name (as the CA's limits allow)"

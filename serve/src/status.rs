@@ -48,14 +48,33 @@ pub(crate) struct Sealing {
     pub(crate) access: watch::Receiver<tls_rotation::k8s::StateAccess>,
 }
 
+/// `GET /` with `--connect`: the client certificate presented (`current`, as a server's),
+/// its `generation`, `last_error`, `expiring` and `expired`.
+pub(crate) async fn client_status_json(
+    State(client): State<tls_rotation::ClientTls>,
+) -> Json<serde_json::Value> {
+    let status = client.status().borrow().clone();
+    Json(serde_json::json!({
+        "client": {
+            "current": status.current.as_deref().map(serde_json::to_value).transpose().unwrap_or_default(),
+            "generation": status.generation,
+            "last_error": status.last_error.as_ref().map(ToString::to_string),
+            "root_fingerprints_sha256": status.root_fingerprints_sha256,
+            "expiring": status.expiring,
+            "expired": status.expired,
+        }
+    }))
+}
+
 pub(crate) async fn status_json(
     State(state): State<AppState>,
-    axum::Extension(tls): axum::Extension<tls_rotation::TlsInfo>,
+    tls: Option<axum::Extension<tls_rotation::TlsInfo>>,
 ) -> Json<serde_json::Value> {
-    // The SHA-256 of the client certificate presented on this request's connection (mTLS).
+    // The SHA-256 of the client certificate presented on this request's connection (mTLS;
+    // none on --status-listen's plain HTTP).
     let client = tls
-        .peer_certificates
-        .as_deref()
+        .as_ref()
+        .and_then(|tls| tls.peer_certificates.as_deref())
         .and_then(|chain| chain.first())
         .map(|leaf| tls_rotation::tls_source::Digest::of(leaf).to_string());
     let status = state.status.borrow().clone();

@@ -61,14 +61,24 @@ pub enum Rule {
 }
 
 /// A rule that does not parse: what is wrong, naming the text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {text:?}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleError {
     text: String,
     reason: &'static str,
     /// The 1-based line in [`AllowList::parse`]'s text.
     line: Option<usize>,
 }
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(line) = self.line {
+            write!(f, "line {line}: ")?;
+        }
+        write!(f, "{}: {:?}", self.reason, self.text)
+    }
+}
+
+impl std::error::Error for RuleError {}
 
 impl RuleError {
     /// The 1-based line of the text given to [`AllowList::parse`], if that is where it was.
@@ -376,6 +386,7 @@ mod tests {
         let err = AllowList::parse("# rules\ncn=a\nemail=x@example.com").unwrap_err();
         assert_eq!(err.line(), Some(3));
         assert!(err.to_string().contains("email=x@example.com"), "{err}");
+        assert!(err.to_string().starts_with("line 3: "), "{err}");
         for bad in [
             "cn",
             "cn=",

@@ -8,6 +8,7 @@
 //! - the stream's cancellation token is cancelled (shutdown: open connections then have the
 //!   drain period, [`HttpServer::drain`], to finish);
 //! - it is recycled ([`IncomingBuilder::recycle_after`](crate::IncomingBuilder::recycle_after));
+//! - it has been idle for [`HttpServer::idle_timeout`] (no request in flight), when set;
 //! - its client is no longer trusted: its CA left the trusted set (and, with
 //!   [`close_at_client_expiry`](crate::IncomingBuilder::close_at_client_expiry), its
 //!   certificate expired). The connection itself fails for good after the grace period
@@ -19,6 +20,8 @@
 use std::convert::Infallible;
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::body::{Body, Incoming as IncomingBody};
@@ -76,6 +79,7 @@ where
 #[derive(Debug, Clone)]
 pub struct HttpServer {
     drain: Duration,
+    idle: Option<Duration>,
 }
 
 impl Default for HttpServer {
@@ -89,7 +93,17 @@ impl HttpServer {
     pub fn new() -> Self {
         Self {
             drain: DEFAULT_DRAIN,
+            idle: None,
         }
+    }
+
+    /// Closes a connection gracefully once no request has been in flight on it for `idle`
+    /// (a response body still being written counts as idle: the close waits for it). Default:
+    /// never (a client's keep-alive connection stays open until it closes it). A timeout
+    /// beyond a year is taken as a year.
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle = Some(idle.min(MAX_IDLE));
+        self
     }
 
     /// How long open connections may take to finish after shutdown, before the rest are
@@ -116,6 +130,7 @@ impl HttpServer {
         B::Error: Into<Box<dyn StdError + Send + Sync>>,
     {
         let shutdown = incoming.cancellation_token().clone();
+        let idle_timeout = self.idle;
         // Each connection is served in the task that made its handshake.
         let connections = incoming
             .spawn_each(move |conn| {
@@ -124,15 +139,23 @@ impl HttpServer {
                 let close = conn.close_signal();
                 // This closure is a clone of its own, called once: `service` and `shutdown`
                 // are this connection's.
+                let activity = idle_timeout.map(|_| Arc::new(Activity::new()));
                 let service = WithInfo {
                     inner: service,
                     info,
+                    activity: activity.clone(),
                 };
                 async move {
                     let builder = auto::Builder::new(TokioExecutor::new());
                     let served =
                         builder.serve_connection_with_upgrades(TokioIo::new(conn), service);
                     let mut served = std::pin::pin!(served);
+                    let idle = async {
+                        match (activity, idle_timeout) {
+                            (Some(activity), Some(timeout)) => activity.idle_for(timeout).await,
+                            _ => std::future::pending().await,
+                        }
+                    };
                     let ended = tokio::select! {
                         ended = served.as_mut() => ended,
                         () = shutdown.cancelled() => {
@@ -141,6 +164,11 @@ impl HttpServer {
                         }
                         () = close => {
                             tracing::debug!(?peer, "closing the connection gracefully");
+                            served.as_mut().graceful_shutdown();
+                            served.await
+                        }
+                        () = idle => {
+                            tracing::debug!(?peer, "idle: closing the connection gracefully");
                             served.as_mut().graceful_shutdown();
                             served.await
                         }
@@ -160,10 +188,73 @@ impl HttpServer {
     }
 }
 
+/// The longest [`HttpServer::idle_timeout`]: a year (so that no deadline overflows).
+const MAX_IDLE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// What an idle timeout watches on one connection: requests in flight, and when the last one
+/// began or ended.
+struct Activity {
+    start: tokio::time::Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `start`.
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Release);
+    }
+
+    /// Completes once no request has been in flight for `timeout`.
+    async fn idle_for(&self, timeout: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last.load(Ordering::Acquire));
+            let deadline = self.start + last + timeout;
+            tokio::time::sleep_until(deadline).await;
+            let last_now = Duration::from_millis(self.last.load(Ordering::Acquire));
+            if self.in_flight.load(Ordering::Acquire) == 0 && last_now == last {
+                return;
+            }
+            if self.in_flight.load(Ordering::Acquire) > 0 {
+                // Looked at again a timeout after this.
+                self.touch();
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection with an idle timeout.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(activity: Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        activity.touch();
+        Self(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The service of one connection: each request gets the connection's [`TlsInfo`].
 struct WithInfo<S> {
     inner: S,
     info: TlsInfo,
+    activity: Option<Arc<Activity>>,
 }
 
 impl<S> fmt::Debug for WithInfo<S> {
@@ -189,7 +280,9 @@ where
     fn call(&self, mut request: Request<IncomingBody>) -> Self::Future {
         request.extensions_mut().insert(self.info.clone());
         let mut inner = self.inner.clone();
+        let in_flight = self.activity.clone().map(InFlight::new);
         Box::pin(async move {
+            let _in_flight = in_flight;
             futures::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
             inner.call(request).await
         })

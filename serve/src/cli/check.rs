@@ -12,6 +12,20 @@ use super::*;
 impl Cli {
     /// The rules of which flags go together, with the messages serve has always given.
     pub(super) fn check(self) -> Result<Args, String> {
+        let sidecar_context = sidecar::Context {
+            client_ca: self.client_ca.is_some(),
+            server_only: [
+                (!self.acme_directory.is_empty(), "--acme-directory"),
+                (!self.sni.is_empty(), "--sni"),
+                (self.k8s_secrets.is_some(), "--k8s-secrets"),
+                (self.etcd_certs, "--etcd-certs"),
+                (self.client_ca.is_some(), "--client-ca"),
+                (self.session_tickets != "off", "--session-tickets"),
+                (self.recycle_after.is_some(), "--recycle-after"),
+            ]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag)),
+        };
         if self.ready_before_lists && self.k8s_secrets.is_none() && !self.etcd_certs {
             return Err("--ready-before-lists goes with --k8s-secrets or --etcd-certs".into());
         }
@@ -241,6 +255,7 @@ impl Cli {
                 _ => return Err("--cert and --key go together (and --ca needs them)".into()),
             }
         };
+        let (mode, status_listen, allow) = self.sidecar.check(&sidecar_context)?;
         Ok(Args {
             listen: self.listen,
             certs,
@@ -259,6 +274,9 @@ impl Cli {
             acme,
             tickets,
             etcd,
+            mode,
+            status_listen,
+            allow,
         })
     }
 

@@ -299,6 +299,9 @@ pub(crate) struct Cli {
     /// Sign the certificates with a stable CA, shown in the status
     #[arg(long, help_heading = SELF_SIGNED)]
     self_signed_ca: bool,
+
+    #[command(flatten)]
+    sidecar: sidecar::SidecarFlags,
 }
 
 /// The self-signed generator's options.
@@ -453,6 +456,12 @@ pub(crate) struct Args {
     pub(crate) acme: Option<AcmeArgs>,
     pub(crate) tickets: Tickets,
     pub(crate) etcd: Option<EtcdArgs>,
+    /// What is done with the connections: the status page, a proxy, or (`--connect`) a client.
+    pub(crate) mode: Mode,
+    /// `--status-listen`: the status page and metrics over plain HTTP.
+    pub(crate) status_listen: Option<SocketAddr>,
+    /// With `--client-ca`: which verified clients may connect (`None`: every one).
+    pub(crate) allow: Option<AllowArgs>,
 }
 
 /// `--session-tickets` (and `--ticket-rotation`).
@@ -511,6 +520,9 @@ impl Args {
 }
 
 mod check;
+mod sidecar;
 #[cfg(test)]
 mod tests;
 mod values;
+
+pub(crate) use sidecar::{AllowArgs, ConnectArgs, HttpProxy, Mode, Upstream};

@@ -1246,3 +1246,217 @@ fn etcd_shared_is_the_self_signed_fleet_on_etcd() {
         "expected a NAME",
     );
 }
+
+#[test]
+fn the_sidecar_flags_take_their_values() {
+    let args = parse(&["--upstream", "127.0.0.1:8080"]).unwrap();
+    assert_eq!(
+        args.mode,
+        Mode::Http(HttpProxy {
+            upstream: Upstream::Tcp("127.0.0.1:8080".into()),
+            request_timeout: sidecar::DEFAULT_REQUEST_TIMEOUT,
+            idle_timeout: sidecar::DEFAULT_IDLE_TIMEOUT,
+            max_request_body: sidecar::DEFAULT_MAX_REQUEST_BODY,
+        })
+    );
+    let args = parse(&[
+        "--upstream",
+        "/run/app.sock",
+        "--request-timeout",
+        "5s",
+        "--idle-timeout",
+        "30s",
+        "--max-request-body",
+        "512KiB",
+        "--status-listen",
+        "127.0.0.1:9901",
+    ])
+    .unwrap();
+    assert_eq!(
+        args.mode,
+        Mode::Http(HttpProxy {
+            upstream: Upstream::Unix("/run/app.sock".into()),
+            request_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            max_request_body: 512 * 1024,
+        })
+    );
+    assert_eq!(args.status_listen, Some("127.0.0.1:9901".parse().unwrap()));
+    let args = parse(&["--upstream-tcp", "unix:/run/db.sock", "--proxy-protocol"]).unwrap();
+    assert_eq!(
+        args.mode,
+        Mode::Tcp {
+            upstream: Upstream::Unix("/run/db.sock".into()),
+            proxy_protocol: true,
+            idle_timeout: sidecar::DEFAULT_IDLE_TIMEOUT,
+        }
+    );
+    assert_eq!(parse(&[]).unwrap().mode, Mode::Status);
+    assert_eq!(sidecar::parse_size("16MiB"), Ok(16 << 20));
+    assert_eq!(sidecar::parse_size("1G"), Ok(1 << 30));
+    assert_eq!(sidecar::parse_size("100"), Ok(100));
+}
+
+#[test]
+fn the_allow_flags_become_one_rule_list_after_which_the_file_comes() {
+    let args = parse(&[
+        "--cert-dir",
+        "/etc/tls",
+        "--client-ca",
+        "/etc/ca.pem",
+        "--allow-uri",
+        "spiffe://example.org/ns/prod/*",
+        "--allow-cn",
+        "backup",
+        "--allow-dns",
+        "web.example.com",
+        "--allow-file",
+        "/etc/allow",
+    ])
+    .unwrap();
+    let allow = args.allow.unwrap();
+    let rules: Vec<String> = allow
+        .rules
+        .rules()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            "cn=backup",
+            "dns=web.example.com",
+            "uri=spiffe://example.org/ns/prod/*"
+        ]
+    );
+    assert_eq!(allow.file, Some("/etc/allow".into()));
+    assert_eq!(parse(&["--cert-dir", "/etc/tls"]).unwrap().allow, None);
+}
+
+#[test]
+fn connect_takes_its_listener_ca_and_server_name() {
+    let args = parse(&[
+        "--cert-dir",
+        "/etc/tls",
+        "--connect",
+        "db.internal:5432",
+        "--client-listen",
+        "127.0.0.1:15432",
+        "--connect-ca",
+        "/etc/db-ca.pem",
+    ])
+    .unwrap();
+    assert_eq!(
+        args.mode,
+        Mode::Connect(ConnectArgs {
+            server: "db.internal:5432".into(),
+            listen: "127.0.0.1:15432".parse().unwrap(),
+            ca: Some("/etc/db-ca.pem".into()),
+            sni: "db.internal".into(),
+        })
+    );
+    let args = parse(&[
+        "--connect",
+        "[::1]:443",
+        "--client-listen",
+        "127.0.0.1:0",
+        "--connect-sni",
+        "api.example.com",
+    ])
+    .unwrap();
+    let Mode::Connect(connect) = args.mode else {
+        panic!("{:?}", args.mode)
+    };
+    assert_eq!(
+        (connect.sni.as_str(), connect.ca),
+        ("api.example.com", None)
+    );
+}
+
+#[test]
+fn the_sidecar_flags_refuse_what_does_not_go_together() {
+    refused(
+        &["--upstream", "127.0.0.1:1", "--upstream-tcp", "127.0.0.1:2"],
+        "--upstream-tcp",
+        "cannot be combined",
+    );
+    refused(
+        &["--upstream", "localhost"],
+        "--upstream localhost",
+        "HOST:PORT",
+    );
+    refused(
+        &["--upstream", "127.0.0.1:1", "--proxy-protocol"],
+        "--proxy-protocol",
+        "--upstream-tcp",
+    );
+    refused(
+        &["--request-timeout", "5s"],
+        "--request-timeout",
+        "--upstream",
+    );
+    refused(&["--idle-timeout", "5s"], "--idle-timeout", "--upstream");
+    refused(
+        &["--upstream", "127.0.0.1:1", "--max-request-body", "lots"],
+        "--max-request-body lots",
+        "expected bytes",
+    );
+    refused(&["--allow-cn", "web"], "--allow-cn", "--client-ca");
+    refused(
+        &[
+            "--cert-dir",
+            "/d",
+            "--client-ca",
+            "/ca",
+            "--allow-uri",
+            "spiffe://example.org/*/x",
+        ],
+        "--allow-uri spiffe://example.org/*/x",
+        "last path segments",
+    );
+    refused(
+        &[
+            "--cert-dir",
+            "/d",
+            "--client-ca",
+            "/ca",
+            "--allow-dns",
+            "*.example.com",
+        ],
+        "--allow-dns",
+        "without wildcards",
+    );
+    refused(&["--connect", "db:5432"], "--connect", "--client-listen");
+    refused(
+        &["--connect", "db", "--client-listen", "127.0.0.1:1"],
+        "--connect db",
+        "HOST:PORT",
+    );
+    refused(&["--connect-ca", "/ca"], "--connect-ca", "--connect");
+    refused(
+        &[
+            "--connect",
+            "db:1",
+            "--client-listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+        ],
+        "--connect",
+        "cannot be combined",
+    );
+    refused(
+        &[
+            "--cert-dir",
+            "/d",
+            "--client-ca",
+            "/ca",
+            "--connect",
+            "db:1",
+            "--client-listen",
+            "127.0.0.1:1",
+        ],
+        "--client-ca",
+        "serves no TLS",
+    );
+}
