@@ -1,7 +1,7 @@
 //! `--allow-cn`, `--allow-dns`, `--allow-uri` and `--allow-file`: the authorization the TLS
 //! server applies to verified clients, the file's rules read again when it changes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +72,6 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("--allow-file {}", path.display()))
 }
 
-fn rule_context(path: &PathBuf) -> String {
+fn rule_context(path: &Path) -> String {
     format!("--allow-file {}", path.display())
 }

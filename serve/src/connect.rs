@@ -153,7 +153,12 @@ async fn carry(
     server: &str,
     sni: ServerName<'static>,
 ) -> anyhow::Result<()> {
-    let config = client.client_config()?;
+    let mut config = client.client_config()?;
+    // Every connection a full handshake, so that the next connection after a rotation
+    // presents the new identity: a session ticket that a connection made just before the
+    // rotation receives just after it would otherwise be resumed with the old one (a resumed
+    // TLS 1.3 session sends no certificate).
+    config.resumption = rustls::client::Resumption::disabled();
     let tcp = TcpStream::connect(server)
         .await
         .with_context(|| format!("cannot connect to {server}"))?;

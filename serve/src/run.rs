@@ -66,7 +66,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let app = Router::new()
                 .route("/", get(crate::status::client_status_json))
                 .with_state(client.clone());
-            spawn_status(addr, app, metrics, shutdown.clone()).await?;
+            let addr = spawn_status(addr, app, metrics, shutdown.clone()).await?;
+            tracing::info!("status on http://{addr}/");
         }
         return crate::connect::serve(options, client, shutdown, GRACE).await;
     }
@@ -87,6 +88,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .notify(args.notify)
             .build();
         let mut auth = tls_rotation::ClientAuth::from_source(cas).overlap(*overlap);
+        if matches!(args.mode, Mode::Tcp { .. }) {
+            // Bytes: no application protocol is negotiated (a client's ALPN is ignored).
+            auth = auth.configure(|config| config.alpn_protocols.clear());
+        }
         if let Some(allow) = &args.allow {
             auth = auth.authorize(crate::allow::authorization(
                 allow,
@@ -183,6 +188,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(age) = args.recycle_after {
         incoming = incoming.recycle_after(age);
     }
+    if matches!(args.mode, Mode::Tcp { .. }) {
+        incoming = incoming.alpn(Vec::<Vec<u8>>::new());
+    }
     let incoming = incoming.listen(listener)?;
     let app = Router::new()
         .route("/", get(status_json))
@@ -193,9 +201,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             acme: acme.as_deref().map(tls_rotation::acme::Acme::status),
             tickets: (!matches!(args.tickets, Tickets::Off)).then(|| reloader.clone()),
         });
-    if let Some(addr) = args.status_listen {
-        spawn_status(addr, app.clone(), metrics, shutdown.clone()).await?;
-    }
+    let status_addr = match args.status_listen {
+        Some(addr) => Some(spawn_status(addr, app.clone(), metrics, shutdown.clone()).await?),
+        None => None,
+    };
 
     // A reload task that stops by itself (it panicked, its sources ended) leaves certificates
     // that will never rotate again: serving goes on until the server shuts down gracefully,
@@ -211,12 +220,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })
         }
     });
+    // The first line on stdout, always this: scripts wait for it.
+    println!("listening on https://{addr}");
+    if let Some(status) = status_addr {
+        println!("status on http://{status}/");
+    }
     match &args.mode {
         Mode::Http(proxy) => {
-            println!(
-                "listening on https://{addr}, proxying to {}",
-                proxy.upstream
-            );
+            tracing::info!(upstream = %proxy.upstream, "proxying HTTP");
             tls_rotation::http::HttpServer::new()
                 .drain(GRACE)
                 .idle_timeout(proxy.idle_timeout)
@@ -229,7 +240,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             proxy_protocol,
             idle_timeout,
         } => {
-            println!("listening on https://{addr}, passing the bytes to {upstream}");
+            tracing::info!(%upstream, proxy_protocol, "passing each connection's bytes on");
             let proxy = Arc::new(crate::proxy::tcp::TcpProxy {
                 upstream: upstream.clone(),
                 proxy_protocol: *proxy_protocol,
@@ -244,7 +255,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tracing::info!("all connections closed");
         }
         Mode::Status | Mode::Connect(_) => {
-            println!("listening on https://{addr}");
             serve(incoming, app).await;
         }
     }
@@ -709,20 +719,19 @@ fn metrics_route<S: Clone + Send + Sync + 'static>(
     get(move || std::future::ready(handle.render()))
 }
 
-/// `--status-listen`: `app` (the status page) and `/metrics` over plain HTTP on `addr`.
+/// `--status-listen`: `app` (the status page) and `/metrics` over plain HTTP on `addr`; the
+/// address bound.
 async fn spawn_status(
     addr: SocketAddr,
     app: Router,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<SocketAddr> {
     let app = match metrics {
         Some(handle) => app.route("/metrics", metrics_route(handle)),
         None => app,
     };
-    let addr = serve_plain(addr, "--status-listen", app, shutdown).await?;
-    println!("status on http://{addr}/");
-    Ok(())
+    serve_plain(addr, "--status-listen", app, shutdown).await
 }
 
 /// Serves `app` over plain HTTP on `addr` until `shutdown`; the address bound.

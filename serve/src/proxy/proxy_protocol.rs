@@ -1,4 +1,4 @@
-//! The PROXY protocol's version 2 header (HAProxy's proxy-protocol.txt, section 2.2): the
+//! The PROXY protocol's version 2 header (`HAProxy`'s `proxy-protocol.txt`, section 2.2): the
 //! client's address and what the TLS handshake established, sent to a `--upstream-tcp` before
 //! the first byte of the connection.
 
