@@ -34,8 +34,8 @@ use tls_selfsigned::SelfSigned;
 use tls_test::KubeDir;
 
 const USAGE: &str = "\
-usage: rotate DIR [--name NAME]... [--validity DURATION] [--every DURATION] [--count N]
-                  [--mismatched]
+usage: rotate DIR [--name NAME]... [--uri URI]... [--validity DURATION] [--every DURATION]
+                  [--count N] [--mismatched]
 
   DIR                 the directory serve --cert-dir reads (created if missing)
   --name NAME         a DNS name or IP address (repeatable; default localhost, 127.0.0.1, ::1)
@@ -45,6 +45,8 @@ usage: rotate DIR [--name NAME]... [--validity DURATION] [--every DURATION] [--c
   --mismatched        write a bad update: a certificate with another pair's key
   --signing-ca CA_DIR sign with a CA kept in CA_DIR (made on first use), written as DIR/ca.crt
   --client            a client certificate (clientAuth), for client --cert-dir DIR
+  --uri URI           a URI SAN, e.g. a SPIFFE ID spiffe://example.org/ns/prod/sa/web
+                      (repeatable; what serve --allow-uri matches)
   --not-before TIME   valid from TIME (RFC 3339, e.g. 2020-01-01T00:00:00Z; default a minute ago)
   --not-after TIME    valid until TIME (RFC 3339; default --validity from now): a date in the
                       past writes an expired certificate, --not-before in the future one not
@@ -53,6 +55,7 @@ usage: rotate DIR [--name NAME]... [--validity DURATION] [--every DURATION] [--c
 struct Args {
     dir: PathBuf,
     names: Vec<String>,
+    uris: Vec<String>,
     validity: Duration,
     every: Option<Duration>,
     count: Option<u64>,
@@ -66,6 +69,7 @@ struct Args {
 fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut dir = None;
     let mut names = Vec::new();
+    let mut uris = Vec::new();
     let mut validity = tls_selfsigned::DEFAULT_VALIDITY;
     let (mut every, mut count, mut mismatched) = (None, None, false);
     let (mut signing_ca, mut client) = (None, false);
@@ -84,6 +88,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--name" => names.push(value()?),
+            "--uri" => uris.push(value()?),
             "--validity" => validity = duration("--validity", value()?)?,
             "--every" => every = Some(duration("--every", value()?)?),
             "--count" => count = Some(value()?.parse().context("--count needs a number")?),
@@ -115,6 +120,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<A
     Ok(Some(Args {
         dir,
         names,
+        uris,
         validity,
         every,
         count,
@@ -264,6 +270,11 @@ impl SigningCa {
 /// `--not-after`, else from a minute ago for `--validity`).
 fn leaf_params(args: &Args) -> anyhow::Result<rcgen::CertificateParams> {
     let mut params = rcgen::CertificateParams::new(args.names.clone())?;
+    for uri in &args.uris {
+        let uri = rcgen::string::Ia5String::try_from(uri.as_str())
+            .with_context(|| format!("--uri {uri}: not an ASCII URI"))?;
+        params.subject_alt_names.push(rcgen::SanType::URI(uri));
+    }
     let cn = if args.client {
         "rotate client"
     } else {

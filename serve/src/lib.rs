@@ -28,6 +28,13 @@
 //!        [--etcd-shared NAME [--identity ID] [--etcd-lease-ttl DURATION]]
 //!        [--etcd-user USER --etcd-password-file PATH]
 //!        [--etcd-ca PATH [--etcd-client-cert PATH --etcd-client-key PATH]]]
+//!       [--upstream ADDR [--request-timeout DURATION] [--max-request-body SIZE]
+//!        | --upstream-tcp ADDR [--proxy-protocol]] [--idle-timeout DURATION]
+//!       [--status-listen ADDR]
+//!       [--allow-cn NAME]... [--allow-dns NAME]... [--allow-uri URI]... [--allow-file PATH]
+//!
+//! serve [certificate flags] --connect HOST:PORT --client-listen ADDR
+//!       [--connect-ca PATH] [--connect-sni NAME] [--status-listen ADDR]
 //! ```
 //!
 //! - With no certificate flags it serves a self-signed certificate for `localhost`, `127.0.0.1`,
@@ -142,6 +149,41 @@
 //!   served certificate's expiry per source and route, installs, rejections by reason, source
 //!   errors, the last success, readiness, and with `--k8s-shared` the Lease and the fenced
 //!   writes (the names are in the `tls-reload` and `tls-k8s` crate docs).
+//! - **A sidecar.** `--upstream ADDR` (`HOST:PORT`, or a Unix socket path) proxies every
+//!   request to an application instead of answering the status page: HTTP/1.1, gRPC (a
+//!   request with `content-type: application/grpc*`) over h2c so its trailers pass, and
+//!   WebSocket upgrades. The upstream gets `X-Forwarded-For` (the client's address, replacing
+//!   any), `X-Forwarded-Proto: https` and, with a client certificate, `X-Forwarded-Client-Cert`
+//!   in Envoy's format (`Hash=…;Subject="…";URI=…;DNS=…`); those, `Forwarded`,
+//!   `X-Forwarded-Host`, `X-Forwarded-Port` and hop-by-hop headers sent by the client are never
+//!   passed on. Keep the upstream reachable only through serve (loopback or a Unix socket), or
+//!   those headers can be forged around it. An upstream that is down gets 502 and a log line,
+//!   one that has not answered in `--request-timeout` (default 60 s) 504, a body over
+//!   `--max-request-body` (default 16 MiB) 413; a client connection idle for `--idle-timeout`
+//!   (default 5 min) is closed gracefully. `--upstream-tcp ADDR` passes each connection's
+//!   bytes instead (no ALPN is negotiated), with `--proxy-protocol` after a PROXY protocol v2
+//!   header: the client's address, the SNI, the TLS version, the client certificate's common
+//!   name (`PP2_SUBTYPE_SSL_CN`) and each of its URI SANs (type `0xE0`); a recycle or a trust
+//!   close ends such a connection. `--status-listen ADDR` serves the status page and the
+//!   metrics (`/metrics`) over plain HTTP. Rotation, `--recycle-after`, trust closes and the
+//!   graceful stop hold for proxied connections.
+//! - **Client authorization.** With `--client-ca`, `--allow-cn NAME`, `--allow-dns NAME` and
+//!   `--allow-uri URI` (each repeatable) let in only the verified clients one of them matches:
+//!   the common name exactly, a DNS SAN exactly, a URI SAN exactly or, for a rule ending in
+//!   `/*`, with one or more path segments after it (`spiffe://example.org/ns/prod/*`; a
+//!   `spiffe://` rule matches only a certificate with exactly one URI SAN). `--allow-file PATH`
+//!   adds the rules in a file, one a line (`cn=…`, `dns=…`, `uri=…`, `#` comments), read again
+//!   every `--poll` and on SIGHUP: a change closes the open connections it refuses, a file that
+//!   does not parse changes nothing. Any other client is refused in the handshake (the alert
+//!   `access_denied`), logged with its identity and counted in
+//!   `tls_reload_clients_refused_total`; a resumed session is checked again.
+//! - **Outbound mTLS.** `--connect HOST:PORT --client-listen ADDR` makes serve a client: each
+//!   plain connection an application makes to `ADDR` is carried to `HOST:PORT` over TLS,
+//!   presenting the certificate the source flags choose (`--cert-dir`, `--k8s-secret`, a
+//!   self-signed fleet, …; each new connection presents the current one), the server verified
+//!   against `--connect-ca` (followed like the certificate files) or the system's roots, under
+//!   the name `--connect-sni` (default `HOST`). It prints `listening on tcp://ADDR, carried to
+//!   HOST:PORT over TLS`; `--status-listen` shows the client certificate as `client`.
 //! - SIGHUP re-reads the files now; SIGINT / SIGTERM stop accepting, let in-flight requests
 //!   finish (up to 10 s), and exit 0; a second SIGINT / SIGTERM exits at once (status 130).
 //! - The port is reserved at start (a busy port fails at once) but connections are refused
@@ -150,7 +192,8 @@
 //!   the error and status 1.
 //!
 //! Prints one line, `listening on https://HOST:PORT`, to stdout once the first certificate is
-//! installed and the socket listens; logs go to stderr (`RUST_LOG` sets the filter; by default
+//! installed and the socket listens (then `status on http://HOST:PORT/` with
+//! `--status-listen`); logs go to stderr (`RUST_LOG` sets the filter; by default
 //! `info`, with third-party HTTP and API clients and the notify crate at `error`), in colour on a
 //! terminal only (never with `NO_COLOR` set).
 //!
@@ -164,11 +207,13 @@
 //!   their names and meanings.
 //! - `run.rs`: the server: the source the flags choose, the reloader, the accept stream, the
 //!   signals, the graceful stop. What a connection is answered with is the `app` (the status
-//!   page, `status.rs`); a mode that answers otherwise (a proxy in front of an upstream) gives
-//!   another.
+//!   page, `status.rs`), or the sidecar's: `proxy/` (`http.rs` the reverse proxy, `tcp.rs`
+//!   the bytes, `proxy_protocol.rs` the PROXY v2 header); `allow.rs` the authorization rules
+//!   and the file followed; `connect.rs` the outbound client of `--connect`.
 //! - `log.rs`: logging to stderr, which the examples share.
 //!
-//! The end-to-end tests (`tests/serve.rs`) run the binary as a user does; `SERVE_BIN` points
+//! The end-to-end tests (`tests/serve.rs`, the sidecar's in `tests/sidecar.rs` against the
+//! `upstream` example as a process) run the binary as a user does; `SERVE_BIN` points
 //! them at another build of it (an installed one, say).
 
 mod allow;

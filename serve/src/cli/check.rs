@@ -103,16 +103,7 @@ impl Cli {
         if seal.served_key && self.k8s_shared.is_none() {
             return Err("--seal-served-key goes with --k8s-shared".into());
         }
-        let from_api = self.k8s_shared.is_some()
-            || self.k8s_secret.is_some()
-            || etcd_cert.is_some()
-            || self.etcd_shared.is_some();
-        if from_api && self.client_ca.is_some() {
-            return Err(
-                "--client-ca goes with --cert/--key or --cert-dir (the CA file is read with them)"
-                    .into(),
-            );
-        }
+        // --client-ca is a file of its own (CaFileSource), beside any certificate source.
         let acme = Self::acme(
             AcmeFlags {
                 directory: self.acme_directory,
