@@ -149,3 +149,51 @@ async fn changed_rules_close_the_connections_they_refuse_and_keep_the_others() {
     rules.set(AllowList::parse("cn=batch").unwrap());
     assert_eq!(get_once(addr, &batch).await.unwrap(), batch.fingerprint);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_is_checked_against_the_rules_in_force() {
+    let ca = TestCa::new("clients");
+    let web = ca.uri_client_leaf("web", &[WEB]);
+    let rules = Authorization::new(AllowList::parse(&format!("uri={WEB}")).unwrap());
+    let (addr, _reloader) = serve(&ca, &rules).await;
+    let mut config = tls_test::client_config_with_cert(&web);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // The clones share the session store: the second connection resumes the first's session.
+    let resumed = |config: rustls::ClientConfig| async move {
+        let tls = tls_test::connect(addr, "localhost", config).await.unwrap();
+        let kind = tls.get_ref().1.handshake_kind();
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = hyper::Request::get("https://localhost/")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let answer = match send.ready().await {
+            Ok(()) => send
+                .send_request(request)
+                .await
+                .map(|r| r.status().as_u16()),
+            Err(err) => Err(err),
+        };
+        (kind, answer.map_err(|e| format!("{e:?}")))
+    };
+    let (kind, first) = resumed(config.clone()).await;
+    assert_eq!(
+        (kind, first.unwrap()),
+        (Some(rustls::HandshakeKind::Full), 200)
+    );
+    let (kind, second) = resumed(config.clone()).await;
+    assert_eq!(
+        (kind, second.unwrap()),
+        (Some(rustls::HandshakeKind::Resumed), 200)
+    );
+
+    rules.set(AllowList::parse("cn=someone-else").unwrap());
+    let (kind, third) = resumed(config).await;
+    assert_eq!(kind, Some(rustls::HandshakeKind::Resumed));
+    assert!(
+        third.is_err(),
+        "a resumed session the rules refuse is not served: {third:?}"
+    );
+}

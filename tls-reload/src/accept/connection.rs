@@ -139,6 +139,22 @@ pub(super) struct Follow {
     pub(super) grace: Duration,
 }
 
+impl Follow {
+    /// A copy for a connection about to shake hands: it has seen every change so far, since
+    /// its handshake is checked against the trust and rules in force from now on; only later
+    /// changes check it again.
+    pub(super) fn fresh(&self) -> Self {
+        let mut follow = self.clone();
+        if let Some(revoked) = follow.revoked.as_mut() {
+            revoked.borrow_and_update();
+        }
+        if let Some(rules) = follow.rules.as_mut() {
+            rules.borrow_and_update();
+        }
+        follow
+    }
+}
+
 impl Lifetime {
     /// The lifetime of a connection whose client presented `chain` (leaf first).
     pub(super) fn new(

@@ -286,7 +286,7 @@ where
         let takeovers = self.takeovers.clone();
         let timeout = self.handshake_timeout;
         let recycle = self.recycle.clone();
-        let follow = self.follow.clone();
+        let follow = self.follow.fresh();
         let accept = async move {
             let Some(takeovers) = takeovers else {
                 return Ok(Some(TlsAcceptor::from(config).accept(io).await?));
