@@ -3,7 +3,7 @@
 //!
 //! - `upstream http ADDR|unix:PATH`: HTTP/1.1 (and h2c): every request is answered with JSON
 //!   naming its method, path and headers as received; a request with `Upgrade: websocket` is
-//!   switched (101) and every byte after it echoed; `GET /slow` answers after 5 s; `GET
+//!   switched (101) and every byte after it echoed; `GET /slow?ms=N` answers after N ms (default 5,000); `GET
 //!   /count` answers `{"count": N}`, the requests answered before it.
 //! - `upstream grpc ADDR`: the standard gRPC health service (tonic), over h2c.
 //! - `upstream tcp ADDR`: echoes every byte of each connection (a PROXY header included).
@@ -137,7 +137,13 @@ async fn answer(mut request: Request<Incoming>) -> Result<Response<Full<Bytes>>,
     }
     ANSWERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if request.uri().path() == "/slow" {
-        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        let ms = request
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("ms="))
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(5000);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
     let headers: Vec<(String, String)> = request
         .headers()

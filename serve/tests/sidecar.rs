@@ -702,3 +702,22 @@ async fn connect_carries_a_plain_connection_over_mtls_and_the_next_one_presents_
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn sigterm_lets_a_proxied_request_in_flight_finish() {
+    let upstream = Upstream::start("http", "127.0.0.1:0").await;
+    let serve = start(&args(&["--upstream", &upstream.addr])).await;
+    let addr = serve.addr;
+    let slow = tokio::spawn(async move { get(addr, None, "/slow?ms=1500").await });
+    // The request is in flight at the upstream once its count moved.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while upstream_requests(&upstream).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the request never reached the upstream");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    serve.signal("-TERM");
+    let (code, body) = slow.await.unwrap().unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"/slow\""), "{body}");
+    assert_eq!(serve.exit_code().await, Some(0));
+}
