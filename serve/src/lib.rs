@@ -23,7 +23,7 @@
 //!        [--acme-eab-kid ID --acme-eab-key B64URL]
 //!        [--acme-weekly-limit N]
 //!        [--acme-profile NAME | --acme-profile-required NAME]]
-//!       [--session-tickets fleet|FILE|off [--ticket-rotation DURATION]]
+//!       [--session-tickets fleet|FILE|off [--ticket-rotation DURATION] | --no-resumption]
 //!       [--etcd ENDPOINTS [--etcd-prefix PREFIX] [--etcd-cert NAME] [--etcd-certs]
 //!        [--etcd-shared NAME [--identity ID] [--etcd-lease-ttl DURATION]]
 //!        [--etcd-user USER --etcd-password-file PATH]
@@ -135,7 +135,9 @@
 //!   opens every period's tickets. Each key is current for `--ticket-rotation` (default 6 h); a
 //!   ticket lives at most twice that. TLS 1.2 gets none; 0-RTT stays off. The status JSON
 //!   gains `session_tickets`: `{"source": "fleet"|"secret"|"local", "key_id": …,
-//!   "key_age_seconds": …, "rotation_seconds": …, "note": …}` (never a key).
+//!   "key_age_seconds": …, "rotation_seconds": …, "note": …}` (never a key). `--no-resumption`
+//!   turns resumption off altogether (no tickets, no session cache): every connection is a
+//!   full handshake.
 //! - `GET /` answers the reloader's status as JSON, with a `routes` object for the SNI routes.
 //! - `--client-ca PATH` requires client certificates (mTLS) signed by a CA in `PATH`, followed
 //!   like the certificate files (kubelet-style directories included); a CA that leaves it stays trusted for `--ca-overlap`

@@ -88,10 +88,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .notify(args.notify)
             .build();
         let mut auth = tls_rotation::ClientAuth::from_source(cas).overlap(*overlap);
-        if matches!(args.mode, Mode::Tcp { .. }) {
-            // Bytes: no application protocol is negotiated (a client's ALPN is ignored).
-            auth = auth.configure(|config| config.alpn_protocols.clear());
-        }
+        let (tcp, no_resumption) = (matches!(args.mode, Mode::Tcp { .. }), args.no_resumption);
+        auth = auth.configure(move |config| {
+            if tcp {
+                // Bytes: no application protocol is negotiated (a client's ALPN is ignored).
+                config.alpn_protocols.clear();
+            }
+            if no_resumption {
+                config.send_tls13_tickets = 0;
+            }
+        });
         if let Some(allow) = &args.allow {
             auth = auth.authorize(crate::allow::authorization(
                 allow,
@@ -190,6 +196,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if matches!(args.mode, Mode::Tcp { .. }) {
         incoming = incoming.alpn(Vec::<Vec<u8>>::new());
+    }
+    if args.no_resumption && args.client_ca.is_none() {
+        let mut config = reloader.server_config()?;
+        config.session_storage = Arc::new(tls_rotation::rustls::server::NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        if !matches!(args.mode, Mode::Tcp { .. }) {
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        }
+        incoming = incoming.server_config(config);
     }
     let incoming = incoming.listen(listener)?;
     let app = Router::new()

@@ -712,7 +712,10 @@ async fn sigterm_lets_a_proxied_request_in_flight_finish() {
     // The request is in flight at the upstream once its count moved.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while upstream_requests(&upstream).await == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "the request never reached the upstream");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     serve.signal("-TERM");
@@ -720,4 +723,46 @@ async fn sigterm_lets_a_proxied_request_in_flight_finish() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("\"/slow\""), "{body}");
     assert_eq!(serve.exit_code().await, Some(0));
+}
+
+/// How the second of two handshakes with one client config went (the first's session offered).
+async fn second_handshake(addr: SocketAddr) -> Option<tls_rotation::rustls::HandshakeKind> {
+    let mut config = tls_test::client_config();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    for _ in 0..2 {
+        let mut stream = tls_test::connect(addr, "localhost", config.clone())
+            .await
+            .unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        // Read to the end: the session ticket comes after the handshake.
+        let _ = stream.read_to_end(&mut answer).await;
+        let kind = stream.get_ref().1.handshake_kind();
+        if answer.is_empty() {
+            return None;
+        }
+        if kind == Some(tls_rotation::rustls::HandshakeKind::Resumed) {
+            return kind;
+        }
+    }
+    Some(tls_rotation::rustls::HandshakeKind::Full)
+}
+
+#[tokio::test]
+async fn no_resumption_makes_every_handshake_a_full_one() {
+    let upstream = Upstream::start("http", "127.0.0.1:0").await;
+    let resuming = start(&args(&["--upstream", &upstream.addr])).await;
+    assert_eq!(
+        second_handshake(resuming.addr).await,
+        Some(tls_rotation::rustls::HandshakeKind::Resumed),
+        "by default a returning client resumes"
+    );
+    let full = start(&args(&["--upstream", &upstream.addr, "--no-resumption"])).await;
+    assert_eq!(
+        second_handshake(full.addr).await,
+        Some(tls_rotation::rustls::HandshakeKind::Full)
+    );
 }

@@ -12,6 +12,9 @@ use super::*;
 impl Cli {
     /// The rules of which flags go together, with the messages serve has always given.
     pub(super) fn check(self) -> Result<Args, String> {
+        if self.no_resumption && self.session_tickets != "off" {
+            return Err("--no-resumption cannot be combined with --session-tickets".into());
+        }
         let sidecar_context = sidecar::Context {
             client_ca: self.client_ca.is_some(),
             server_only: [
@@ -264,6 +267,7 @@ impl Cli {
             seal,
             acme,
             tickets,
+            no_resumption: self.no_resumption,
             etcd,
             mode,
             status_listen,

@@ -149,6 +149,10 @@ pub(crate) struct Cli {
     /// it opens every period's tickets), or `off` (each process its own session cache)
     #[arg(long, value_name = "fleet|FILE|off", default_value = "off", help_heading = TICKETS)]
     session_tickets: String,
+    /// No TLS resumption: no session tickets and no session cache, every connection a full
+    /// handshake (what a benchmark of handshakes, or a policy, asks for)
+    #[arg(long, help_heading = TICKETS)]
+    no_resumption: bool,
     /// How long each session-ticket key is the current one; a ticket lives at most twice that
     /// [default: 6h]
     #[arg(long, value_name = "DURATION", help_heading = TICKETS,
@@ -455,6 +459,8 @@ pub(crate) struct Args {
     pub(crate) seal: SealArgs,
     pub(crate) acme: Option<AcmeArgs>,
     pub(crate) tickets: Tickets,
+    /// `--no-resumption`: every connection a full handshake.
+    pub(crate) no_resumption: bool,
     pub(crate) etcd: Option<EtcdArgs>,
     /// What is done with the connections: the status page, a proxy, or (`--connect`) a client.
     pub(crate) mode: Mode,

@@ -1460,3 +1460,14 @@ fn the_sidecar_flags_refuse_what_does_not_go_together() {
         "serves no TLS",
     );
 }
+
+#[test]
+fn no_resumption_is_a_flag_of_its_own() {
+    assert!(parse(&["--no-resumption"]).unwrap().no_resumption);
+    assert!(!parse(&[]).unwrap().no_resumption);
+    refused(
+        &["--no-resumption", "--session-tickets", "/etc/tickets"],
+        "--no-resumption",
+        "cannot be combined with --session-tickets",
+    );
+}
