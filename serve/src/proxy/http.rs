@@ -15,6 +15,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -29,26 +30,33 @@ pub(crate) type Body = UnsyncBoxBody<Bytes, BoxError>;
 /// What the proxy sends upstream: the client's body, limited.
 type UpBody = Limited<Incoming>;
 
-/// The headers a client may not set: the proxy sets them (or nobody does).
-const FORWARDING: [&str; 6] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-client-cert",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "forwarded",
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// The headers a client may not set: the proxy sets them (or nobody does). Names, not text, so
+/// that no request parses them again.
+const FORWARDING: [HeaderName; 6] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_CLIENT_CERT,
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-port"),
+    header::FORWARDED,
 ];
 
 /// Hop-by-hop headers (RFC 9110 7.6.1, and the ones of old proxies): never passed on.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
 ];
 
 /// The proxy service, one for every connection.
@@ -62,7 +70,7 @@ struct Inner {
     h2c: Client<Connector, UpBody>,
     upstream: Upstream,
     /// The authority of the URIs sent upstream.
-    authority: String,
+    authority: Authority,
     request_timeout: Duration,
     max_body: u64,
 }
@@ -97,9 +105,10 @@ impl Proxy {
         let http1 = builder.clone().build(connector.clone());
         let h2c = builder.http2_only(true).build(connector);
         let authority = match &options.upstream {
-            Upstream::Tcp(addr) => addr.clone(),
-            Upstream::Unix(_) => "localhost".to_owned(),
-        };
+            Upstream::Tcp(addr) => Authority::try_from(addr.as_str()).ok(),
+            Upstream::Unix(_) => None,
+        }
+        .unwrap_or_else(|| Authority::from_static("localhost"));
         Self {
             inner: Arc::new(Inner {
                 http1,
@@ -158,12 +167,13 @@ impl Inner {
         {
             parts.headers.insert(header::HOST, host);
         }
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        parts.uri = match format!("http://{}{path}", self.authority).parse() {
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.scheme = Some(Scheme::HTTP);
+        uri.authority = Some(self.authority.clone());
+        if uri.path_and_query.is_none() {
+            uri.path_and_query = Some(PathAndQuery::from_static("/"));
+        }
+        parts.uri = match Uri::from_parts(uri) {
             Ok(uri) => uri,
             Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
         };
@@ -174,7 +184,7 @@ impl Inner {
                 .headers
                 .insert(header::TE, HeaderValue::from_static("trailers"));
         }
-        for name in FORWARDING {
+        for name in &FORWARDING {
             parts.headers.remove(name);
         }
         set_forwarded(&mut parts.headers, info.as_ref());
@@ -251,7 +261,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     if upgrade {
@@ -264,18 +274,18 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 /// `X-Forwarded-For` (the client's address), `X-Forwarded-Proto: https` and, with a client
 /// certificate, `X-Forwarded-Client-Cert` in Envoy's format.
 fn set_forwarded(headers: &mut HeaderMap, info: Option<&TlsInfo>) {
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
     let Some(info) = info else { return };
     if let Some(peer) = info.peer_addr
-        && let Ok(value) = HeaderValue::from_str(&peer.ip().to_string())
+        && let Ok(value) = HeaderValue::try_from(peer.ip().to_string())
     {
-        headers.insert("x-forwarded-for", value);
+        headers.insert(X_FORWARDED_FOR, value);
     }
     let leaf = info.peer_certificates.as_deref().and_then(<[_]>::first);
     if let Some(leaf) = leaf
         && let Some(value) = xfcc(leaf)
     {
-        headers.insert("x-forwarded-client-cert", value);
+        headers.insert(X_FORWARDED_CLIENT_CERT, value);
     }
 }
 
