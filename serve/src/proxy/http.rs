@@ -177,15 +177,12 @@ impl Inner {
             Ok(uri) => uri,
             Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
         };
-        strip_hop_by_hop(&mut parts.headers, upgrade);
+        strip_hop_by_hop(&mut parts.headers, upgrade, &FORWARDING);
         if grpc {
             // gRPC needs `te: trailers` on the way to its server.
             parts
                 .headers
                 .insert(header::TE, HeaderValue::from_static("trailers"));
-        }
-        for name in &FORWARDING {
-            parts.headers.remove(name);
         }
         set_forwarded(&mut parts.headers, info.as_ref());
         parts.version = if grpc {
@@ -229,7 +226,7 @@ impl Inner {
                 }
             });
         }
-        strip_hop_by_hop(response.headers_mut(), switching);
+        strip_hop_by_hop(response.headers_mut(), switching, &[]);
         response.map(|body| body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
     }
 }
@@ -251,23 +248,29 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Removes the hop-by-hop headers and those `Connection` names; with `upgrade`, keeps
-/// `Connection: upgrade` and `Upgrade`.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+/// Removes the hop-by-hop headers, those `Connection` names, and `also`; with `upgrade`, keeps
+/// `Connection: upgrade` and `Upgrade`. One pass over the few names present, then a removal
+/// only for those found (most requests carry none of them).
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool, also: &[HeaderName]) {
     let named: Vec<HeaderName> = connection_tokens(headers)
         .filter(|t| !(upgrade && t.eq_ignore_ascii_case("upgrade")))
         .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in &HOP_BY_HOP {
+    let found: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            HOP_BY_HOP.contains(name)
+                || also.contains(name)
+                || named.contains(name)
+                || (!upgrade && *name == header::UPGRADE)
+        })
+        .cloned()
+        .collect();
+    for name in found {
         headers.remove(name);
     }
     if upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        headers.remove(header::UPGRADE);
     }
 }
 
@@ -381,7 +384,7 @@ mod tests {
         headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         headers.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
         headers.insert("x-kept", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut headers, false);
+        strip_hop_by_hop(&mut headers, false, &FORWARDING);
         let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["x-kept"]);
     }
@@ -391,7 +394,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
         headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        strip_hop_by_hop(&mut headers, true);
+        strip_hop_by_hop(&mut headers, true, &[]);
         assert_eq!(headers[header::CONNECTION], "upgrade");
         assert_eq!(headers[header::UPGRADE], "websocket");
     }
