@@ -56,7 +56,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = Arc::unwrap_or_clone(crate::cli::crypto_provider()).install_default();
     let shutdown = CancellationToken::new();
     // Before any source runs, so that nothing recorded is lost.
-    let metrics = metrics(&args, &shutdown).await?;
+    let metrics = crate::status::metrics(&args, &shutdown).await?;
 
     let (source, trigger, fleet) = source(&args, &shutdown).await?;
     if let Mode::Connect(options) = &args.mode {
@@ -66,7 +66,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let app = Router::new()
                 .route("/", get(crate::status::client_status_json))
                 .with_state(client.clone());
-            let addr = spawn_status(addr, app, metrics, shutdown.clone()).await?;
+            let addr = crate::status::spawn_status(addr, app, metrics, shutdown.clone()).await?;
             tracing::info!("status on http://{addr}/");
         }
         return crate::connect::serve(options, client, shutdown, GRACE).await;
@@ -217,7 +217,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tickets: (!matches!(args.tickets, Tickets::Off)).then(|| reloader.clone()),
         });
     let status_addr = match args.status_listen {
-        Some(addr) => Some(spawn_status(addr, app.clone(), metrics, shutdown.clone()).await?),
+        Some(addr) => {
+            Some(crate::status::spawn_status(addr, app.clone(), metrics, shutdown.clone()).await?)
+        }
         None => None,
     };
 
@@ -256,18 +258,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             idle_timeout,
         } => {
             tracing::info!(%upstream, proxy_protocol, "passing each connection's bytes on");
-            let proxy = Arc::new(crate::proxy::tcp::TcpProxy {
+            let proxy = crate::proxy::tcp::TcpProxy {
                 upstream: upstream.clone(),
                 proxy_protocol: *proxy_protocol,
                 idle_timeout: *idle_timeout,
-            });
-            let open = incoming
-                .spawn_each(move |conn| Arc::clone(&proxy).carry(conn))
-                .await;
-            if tokio::time::timeout(GRACE, open.wait()).await.is_err() {
-                tracing::warn!(drain = ?GRACE, "drain period over; dropping the remaining connections");
-            }
-            tracing::info!("all connections closed");
+            };
+            proxy.serve(incoming, GRACE).await;
         }
         Mode::Status | Mode::Connect(_) => {
             serve(incoming, app).await;
@@ -682,94 +678,6 @@ async fn kube_client() -> anyhow::Result<tls_rotation::k8s::kube::Client> {
     tls_rotation::k8s::kube::Client::try_default()
         .await
         .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")
-}
-
-/// The Prometheus recorder, installed when `--metrics` or `--status-listen` asks for it: with
-/// `--metrics` alone, the exporter's own listener serves it; with `--status-listen`, the
-/// handle its `/metrics` renders (and `--metrics`, if given too, serves the same).
-async fn metrics(
-    args: &Args,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<Option<metrics_exporter_prometheus::PrometheusHandle>> {
-    let builder = metrics_exporter_prometheus::PrometheusBuilder::new();
-    match (args.metrics, args.status_listen) {
-        (None, None) => Ok(None),
-        (Some(addr), None) => {
-            builder
-                .with_http_listener(addr)
-                .install()
-                .with_context(|| format!("--metrics {addr}: cannot serve metrics"))?;
-            tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
-            Ok(None)
-        }
-        (metrics_addr, Some(_)) => {
-            let handle = builder
-                .install_recorder()
-                .context("cannot install the metrics recorder")?;
-            // The exporter's upkeep (histograms' buckets), as its own listener would run it.
-            let upkeep = handle.clone();
-            let stop = shutdown.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(5));
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => upkeep.run_upkeep(),
-                        () = stop.cancelled() => return,
-                    }
-                }
-            });
-            if let Some(addr) = metrics_addr {
-                let app = Router::new().route("/metrics", metrics_route(handle.clone()));
-                serve_plain(addr, "--metrics", app, shutdown.clone()).await?;
-                tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
-            }
-            Ok(Some(handle))
-        }
-    }
-}
-
-fn metrics_route<S: Clone + Send + Sync + 'static>(
-    handle: metrics_exporter_prometheus::PrometheusHandle,
-) -> axum::routing::MethodRouter<S> {
-    get(move || std::future::ready(handle.render()))
-}
-
-/// `--status-listen`: `app` (the status page) and `/metrics` over plain HTTP on `addr`; the
-/// address bound.
-async fn spawn_status(
-    addr: SocketAddr,
-    app: Router,
-    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let app = match metrics {
-        Some(handle) => app.route("/metrics", metrics_route(handle)),
-        None => app,
-    };
-    serve_plain(addr, "--status-listen", app, shutdown).await
-}
-
-/// Serves `app` over plain HTTP on `addr` until `shutdown`; the address bound.
-async fn serve_plain(
-    addr: SocketAddr,
-    flag: &str,
-    app: Router,
-    shutdown: CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("{flag} {addr}: cannot listen"))?;
-    let bound = listener.local_addr()?;
-    let flag = flag.to_owned();
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "{flag}: the listener stopped");
-        }
-    });
-    Ok(bound)
 }
 
 /// SIGHUP re-reads the certificate files and the `--allow-file` (`rules`), and retries every

@@ -1,14 +1,23 @@
 //! `GET /`: the reloader's status as JSON (tls-reload's `Serialize` for `Status`, feature
 //! `serde`), with what is per request (the client certificate of the connection) or comes from
-//! the fleet (`leader` and `seal`, with `--k8s-shared` or `--etcd-shared`) or the ACME client (`acme`).
+//! the fleet (`leader` and `seal`, with `--k8s-shared` or `--etcd-shared`) or the ACME client (`acme`);
+//! with `--connect`, the client's. And where the status and metrics are served: the Prometheus
+//! recorder of `--metrics`, and `--status-listen`'s plain HTTP listener.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::Json;
+use anyhow::Context as _;
 use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
 use tls_rotation::Status;
 use tls_rotation::k8s::seal::Seal;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Args;
 
 /// Who writes a fleet's state (`--k8s-shared`: the Lease; `--etcd-shared`: the writer key), as
 /// the status shows it under `leader`: `{"holder", "round", "leading"}` either way.
@@ -120,4 +129,92 @@ pub(crate) async fn status_json(
         });
     }
     Json(json)
+}
+
+/// The Prometheus recorder, installed when `--metrics` or `--status-listen` asks for it: with
+/// `--metrics` alone, the exporter's own listener serves it; with `--status-listen`, the
+/// handle its `/metrics` renders (and `--metrics`, if given too, serves the same).
+pub(crate) async fn metrics(
+    args: &Args,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<metrics_exporter_prometheus::PrometheusHandle>> {
+    let builder = metrics_exporter_prometheus::PrometheusBuilder::new();
+    match (args.metrics, args.status_listen) {
+        (None, None) => Ok(None),
+        (Some(addr), None) => {
+            builder
+                .with_http_listener(addr)
+                .install()
+                .with_context(|| format!("--metrics {addr}: cannot serve metrics"))?;
+            tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+            Ok(None)
+        }
+        (metrics_addr, Some(_)) => {
+            let handle = builder
+                .install_recorder()
+                .context("cannot install the metrics recorder")?;
+            // The exporter's upkeep (histograms' buckets), as its own listener would run it.
+            let upkeep = handle.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => upkeep.run_upkeep(),
+                        () = stop.cancelled() => return,
+                    }
+                }
+            });
+            if let Some(addr) = metrics_addr {
+                let app = Router::new().route("/metrics", metrics_route(handle.clone()));
+                serve_plain(addr, "--metrics", app, shutdown.clone()).await?;
+                tracing::info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+            }
+            Ok(Some(handle))
+        }
+    }
+}
+
+fn metrics_route<S: Clone + Send + Sync + 'static>(
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) -> axum::routing::MethodRouter<S> {
+    get(move || std::future::ready(handle.render()))
+}
+
+/// `--status-listen`: `app` (the status page) and `/metrics` over plain HTTP on `addr`; the
+/// address bound.
+pub(crate) async fn spawn_status(
+    addr: SocketAddr,
+    app: Router,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let app = match metrics {
+        Some(handle) => app.route("/metrics", metrics_route(handle)),
+        None => app,
+    };
+    serve_plain(addr, "--status-listen", app, shutdown).await
+}
+
+/// Serves `app` over plain HTTP on `addr` until `shutdown`; the address bound.
+async fn serve_plain(
+    addr: SocketAddr,
+    flag: &str,
+    app: Router,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{flag} {addr}: cannot listen"))?;
+    let bound = listener.local_addr()?;
+    let flag = flag.to_owned();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "{flag}: the listener stopped");
+        }
+    });
+    Ok(bound)
 }

@@ -23,6 +23,19 @@ pub(crate) struct TcpProxy {
 }
 
 impl TcpProxy {
+    /// Carries every connection of `incoming` until it ends (shutdown), then gives the open
+    /// ones `grace` to finish.
+    pub(crate) async fn serve(self, incoming: tls_rotation::Incoming<TcpStream>, grace: Duration) {
+        let proxy = Arc::new(self);
+        let open = incoming
+            .spawn_each(move |conn| Arc::clone(&proxy).carry(conn))
+            .await;
+        if tokio::time::timeout(grace, open.wait()).await.is_err() {
+            tracing::warn!(drain = ?grace, "drain period over; dropping the remaining connections");
+        }
+        tracing::info!("all connections closed");
+    }
+
     /// Carries `conn` to the upstream until either side closes, it idles, or it must close.
     pub(crate) async fn carry(self: Arc<Self>, conn: TlsConnection<TcpStream>) {
         let peer = conn.peer_addr();
