@@ -766,3 +766,46 @@ async fn no_resumption_makes_every_handshake_a_full_one() {
         Some(tls_rotation::rustls::HandshakeKind::Full)
     );
 }
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_413_and_a_slow_upstream_504() {
+    let upstream = Upstream::start("http", "127.0.0.1:0").await;
+    let serve = start(&args(&[
+        "--upstream",
+        &upstream.addr,
+        "--max-request-body",
+        "1KiB",
+        "--request-timeout",
+        "300ms",
+    ]))
+    .await;
+    let post = |length: usize| {
+        format!(
+            "POST /upload HTTP/1.1\r\nHost: localhost\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n{}",
+            "x".repeat(length)
+        )
+    };
+    let small = exchange(serve.addr, None, &post(1024)).await.unwrap();
+    assert!(small.starts_with("HTTP/1.1 200"), "{small}");
+    let large = exchange(serve.addr, None, &post(1025)).await.unwrap();
+    assert!(large.starts_with("HTTP/1.1 413"), "{large}");
+    // Chunked, so that only the bytes tell: over the limit on the way.
+    let chunked = exchange(
+        serve.addr,
+        None,
+        &format!(
+            "POST /upload HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n800\r\n{}\r\n0\r\n\r\n",
+            "x".repeat(0x800)
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(chunked.starts_with("HTTP/1.1 413"), "{chunked}");
+    let (code, body) = get(serve.addr, None, "/slow?ms=3000").await.unwrap();
+    assert_eq!((code, body.as_str()), (504, "upstream timed out\n"));
+    assert_eq!(
+        get(serve.addr, None, "/").await.unwrap().0,
+        200,
+        "the next request is served"
+    );
+}
