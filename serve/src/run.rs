@@ -335,6 +335,8 @@ fn seal(args: &SealArgs) -> anyhow::Result<Option<Arc<dyn Seal>>> {
 }
 
 async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Chosen> {
+    // With --connect the certificate is a client's.
+    let client = matches!(args.mode, Mode::Connect(_));
     let files = |builder: tls_rotation::tls_source::FileSourceBuilder| {
         let source = builder.poll_interval(args.poll).notify(args.notify).build();
         let trigger = source.trigger();
@@ -342,7 +344,7 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
     };
     match &args.certs {
         Certs::SelfSigned(options) => {
-            let generator = generator(options)?;
+            let generator = generator(options, client)?;
             Ok((generator.into_source().boxed_source(), None, None))
         }
         Certs::Shared {
@@ -357,7 +359,7 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
                 namespace,
                 name,
                 identity,
-                generator(options)?,
+                generator(options, client)?,
             );
             if let Some(lease) = lease {
                 shared = shared.lease(lease);
@@ -411,7 +413,7 @@ async fn source(args: &Args, shutdown: &CancellationToken) -> anyhow::Result<Cho
                 prefix,
                 name,
                 identity,
-                generator(options)?,
+                generator(options, client)?,
             )
             .lease_timing(*ttl, retry);
             let ring = seal(&args.seal)?;
@@ -650,8 +652,9 @@ async fn spawn_http01(
     Ok(())
 }
 
-/// The self-signed generator for `localhost`, `127.0.0.1`, `::1` and each `--name`.
-fn generator(options: &SelfSignedArgs) -> anyhow::Result<SelfSigned> {
+/// The self-signed generator for `localhost`, `127.0.0.1`, `::1` and each `--name`; with
+/// `client` (`--connect`), leaves a TLS client may present too.
+fn generator(options: &SelfSignedArgs, client: bool) -> anyhow::Result<SelfSigned> {
     let mut names: Vec<&str> = vec!["localhost", "127.0.0.1", "::1"];
     for name in &options.names {
         if !names.contains(&name.as_str()) {
@@ -670,6 +673,9 @@ fn generator(options: &SelfSignedArgs) -> anyhow::Result<SelfSigned> {
     }
     if options.ca {
         builder = builder.ca();
+    }
+    if client {
+        builder = builder.client_auth();
     }
     Ok(builder.build()?)
 }

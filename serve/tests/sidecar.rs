@@ -622,6 +622,41 @@ async fn a_unix_socket_upstream_is_proxied_to() {
     assert!(body.contains("\"/via-unix\""), "{body}");
 }
 
+/// serve with `--connect`: the process and the address of its plain listener.
+async fn start_connect(args: &[&str]) -> (Child, SocketAddr) {
+    let mut client = Command::new(serve_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let listen = line
+        .strip_prefix("listening on tcp://")
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .parse()
+        .unwrap();
+    (client, listen)
+}
+
+/// The client certificate a `serve` status page reached through `listen` saw.
+async fn presented_through(listen: SocketAddr) -> String {
+    let (code, body) = plain(listen, "/").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    status["client_fingerprint_sha256"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{status}"))
+        .to_owned()
+}
+
 #[tokio::test]
 async fn connect_carries_a_plain_connection_over_mtls_and_the_next_one_presents_a_rotated_identity()
 {
@@ -640,47 +675,22 @@ async fn connect_carries_a_plain_connection_over_mtls_and_the_next_one_presents_
             ("tls.key", first.key_pem.as_bytes()),
         ])
         .unwrap();
-    let mut client = Command::new(serve_bin())
-        .args([
-            "--cert-dir",
-            &identity.path().display().to_string(),
-            "--poll",
-            "100ms",
-            "--connect",
-            &server.addr.to_string(),
-            "--connect-sni",
-            "localhost",
-            "--connect-ca",
-            &server_ca.display().to_string(),
-            "--client-listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(PATIENCE, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let listen: SocketAddr = line
-        .strip_prefix("listening on tcp://")
-        .and_then(|rest| rest.split(',').next())
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .parse()
-        .unwrap();
-    let presented = || async move {
-        let (code, body) = plain(listen, "/").await.unwrap();
-        assert_eq!(code, 200, "{body}");
-        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
-        status["client_fingerprint_sha256"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let (_client, listen) = start_connect(&[
+        "--cert-dir",
+        &identity.path().display().to_string(),
+        "--poll",
+        "100ms",
+        "--connect",
+        &server.addr.to_string(),
+        "--connect-sni",
+        "localhost",
+        "--connect-ca",
+        &server_ca.display().to_string(),
+        "--client-listen",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let presented = || presented_through(listen);
     assert_eq!(presented().await, first.fingerprint);
 
     let second = pki.clients.client_leaf("app-2");
@@ -807,5 +817,51 @@ async fn a_body_over_the_limit_gets_413_and_a_slow_upstream_504() {
         get(serve.addr, None, "/").await.unwrap().0,
         200,
         "the next request is served"
+    );
+}
+
+#[tokio::test]
+async fn connect_presents_a_self_signed_identity_made_for_clients() {
+    // The client first: its CA, in its directory, is what the server trusts.
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let server_ca = pki.root.join("server-ca.pem");
+    std::fs::write(&server_ca, &pki.server_ca).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (_client, listen) = start_connect(&[
+        "--self-signed-ca",
+        "--self-signed-dir",
+        &dir.path().display().to_string(),
+        "--connect",
+        &format!("127.0.0.1:{port}"),
+        "--connect-sni",
+        "localhost",
+        "--connect-ca",
+        &server_ca.display().to_string(),
+        "--client-listen",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let _server = start(&args(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--cert-dir",
+        &pki.server_dir.display().to_string(),
+        "--client-ca",
+        &dir.path().join("ca.crt").display().to_string(),
+    ]))
+    .await;
+    let leaf = std::fs::read(dir.path().join("tls.crt")).unwrap();
+    let leaf = tls_rotation::tls_source::Decoder::new()
+        .certificates("tls.crt", &leaf)
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        presented_through(listen).await,
+        tls_test::fingerprint(leaf.as_ref())
     );
 }

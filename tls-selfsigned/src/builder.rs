@@ -27,6 +27,7 @@ impl SelfSigned {
                 ca: None,
                 persist: None,
                 replace_corrupt_ca: false,
+                client_auth: false,
             },
             clock: Arc::new(SystemClock),
         }
@@ -89,6 +90,15 @@ impl Builder {
     /// The subject's common name (CN). Default: the first DNS name, else the first IP address.
     pub fn common_name(mut self, common_name: impl Into<String>) -> Self {
         self.config.common_name = Some(common_name.into());
+        self
+    }
+
+    /// Leaves usable as client certificates too: extended key usage clientAuth beside
+    /// serverAuth (mTLS both ways; `serve --connect` presents them). A kept or stored leaf
+    /// without clientAuth no longer fits ([`Unfit::NotForClients`](crate::Unfit::NotForClients))
+    /// and is replaced.
+    pub fn client_auth(mut self) -> Self {
+        self.config.client_auth = true;
         self
     }
 

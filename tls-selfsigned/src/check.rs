@@ -109,6 +109,12 @@ impl SelfSigned {
         if !missing_ips.is_empty() {
             return Err(Unfit::MissingIpAddresses(missing_ips));
         }
+        let for_clients = parsed
+            .extended_key_usage
+            .is_none_or(|usage| usage.client_auth || usage.any);
+        if config.client_auth && !for_clients {
+            return Err(Unfit::NotForClients);
+        }
         if self.is_ca_mode() {
             // Pure: the CA installed now, never one generated for the check.
             let ca = self.installed_ca().ok_or(Unfit::WrongIssuer)?;
@@ -250,6 +256,34 @@ mod tests {
             generator(&["localhost", "10.0.0.1"]).check(Some(&cert), Some(&key)),
             Err(Unfit::MissingIpAddresses(vec!["10.0.0.1".parse().unwrap()]))
         );
+    }
+
+    #[test]
+    fn leaves_for_clients_carry_client_auth_and_a_server_only_leaf_does_not_fit() {
+        let server_only = generator(&["localhost"]);
+        let for_clients = SelfSigned::builder()
+            .name("localhost")
+            .client_auth()
+            .build()
+            .unwrap();
+        let (cert, key) = pem(&server_only);
+        assert_eq!(server_only.check(Some(&cert), Some(&key)), Ok(()));
+        assert_eq!(
+            for_clients.check(Some(&cert), Some(&key)),
+            Err(Unfit::NotForClients)
+        );
+        let (cert, key) = pem(&for_clients);
+        assert_eq!(for_clients.check(Some(&cert), Some(&key)), Ok(()));
+        // Both purposes: the same leaf still serves.
+        assert_eq!(server_only.check(Some(&cert), Some(&key)), Ok(()));
+        let leaf = tls_source::x509::LeafInfo::parse(
+            &tls_source::Decoder::new()
+                .certificates("leaf", &cert)
+                .unwrap()[0],
+        )
+        .unwrap();
+        let usage = leaf.extended_key_usage.unwrap();
+        assert!(usage.server_auth && usage.client_auth);
     }
 
     #[test]

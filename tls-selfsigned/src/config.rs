@@ -57,6 +57,8 @@ pub(crate) struct Config {
     pub(crate) ca: Option<CaConfig>,
     pub(crate) persist: Option<PathBuf>,
     pub(crate) replace_corrupt_ca: bool,
+    /// Leaves for TLS clients too (extended key usage clientAuth beside serverAuth).
+    pub(crate) client_auth: bool,
 }
 
 /// How far back `not_before` is set at most, so that clients whose clock is a little behind accept

@@ -76,6 +76,9 @@ pub enum Unfit {
     MissingIpAddresses(Vec<IpAddr>),
     /// In CA mode: the certificate was not signed by the current CA (or there is no CA yet).
     WrongIssuer,
+    /// Leaves for clients were asked for ([`Builder::client_auth`](crate::Builder::client_auth))
+    /// and the certificate's extended key usage does not allow clientAuth.
+    NotForClients,
 }
 
 impl Unfit {
@@ -118,6 +121,9 @@ impl fmt::Display for Unfit {
                 write!(f, "the certificate lacks IP addresses {ips:?}")
             }
             Self::WrongIssuer => f.write_str("the certificate was not signed by the current CA"),
+            Self::NotForClients => f.write_str(
+                "the certificate's extended key usage does not allow TLS client authentication",
+            ),
         }
     }
 }

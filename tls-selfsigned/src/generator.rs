@@ -103,6 +103,11 @@ impl SelfSigned {
         params.not_after = not_after.into();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        if config.client_auth {
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ClientAuth);
+        }
         params.use_authority_key_identifier_extension = ca.is_some();
         let key = config.algorithm.generate()?;
         let cert = match &ca {
