@@ -182,7 +182,8 @@
 //! - **Outbound mTLS.** `--connect HOST:PORT --client-listen ADDR` makes serve a client: each
 //!   plain connection an application makes to `ADDR` is carried to `HOST:PORT` over TLS,
 //!   presenting the certificate the source flags choose (`--cert-dir`, `--k8s-secret`, a
-//!   self-signed fleet, …; each new connection presents the current one), the server verified
+//!   self-signed fleet, …, whose leaves then carry clientAuth; each new connection presents the
+//!   current one, in a full handshake), the server verified
 //!   against `--connect-ca` (followed like the certificate files) or the system's roots, under
 //!   the name `--connect-sni` (default `HOST`). It prints `listening on tcp://ADDR, carried to
 //!   HOST:PORT over TLS`; `--status-listen` shows the client certificate as `client`.
