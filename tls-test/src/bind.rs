@@ -98,7 +98,7 @@ impl Bind {
 
     async fn spawn(config: BindBuilder, named: &Path, keygen: &Path) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path();
+        let path = dir.path().to_owned();
         for key in [UPDATE_KEY, UNGRANTED_KEY] {
             let output = std::process::Command::new(keygen)
                 .args(["-a", "hmac-sha256", key])
@@ -109,66 +109,94 @@ impl Bind {
             std::fs::write(&file, &output.stdout).expect("write the key");
             set_mode(&file, 0o600);
         }
-        let addr = free_udp_and_tcp_port();
-        let mut conf = format!(
-            "options {{\n  directory \"{dir}\";\n  listen-on port {port} {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n  pid-file \"{dir}/named.pid\";\n  session-keyfile \"{dir}/session.key\";\n  managed-keys-directory \"{dir}\";\n  recursion no;\n  dnssec-validation no;\n  notify no;\n  allow-transfer {{ 127.0.0.1; }};\n}};\ncontrols {{ }};\ninclude \"{dir}/{UPDATE_KEY}.key\";\ninclude \"{dir}/{UNGRANTED_KEY}.key\";\n",
-            dir = path.display(),
-            port = addr.port(),
-        );
-        let policy: String = config
-            .grants
-            .iter()
-            .map(|rule| format!(" grant {UPDATE_KEY} {rule};"))
-            .collect();
-        for (origin, records) in &config.zones {
-            let file = path.join(format!("{origin}.zone"));
-            let mut zone = format!(
-                "$ORIGIN {origin}.\n$TTL 60\n@ IN SOA ns1.example.test. hostmaster.example.test. 1 3600 600 86400 60\n@ IN NS ns1.example.test.\n"
+        // The port is free when chosen, but another process may take it before named binds
+        // it: named then runs without that listener. Such an attempt is retried on another.
+        for attempt in 1..=5 {
+            let addr = free_udp_and_tcp_port();
+            let mut conf = format!(
+                "options {{\n  directory \"{dir}\";\n  listen-on port {port} {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n  pid-file \"{dir}/named.pid\";\n  session-keyfile \"{dir}/session.key\";\n  managed-keys-directory \"{dir}\";\n  recursion no;\n  dnssec-validation no;\n  notify no;\n  allow-transfer {{ 127.0.0.1; }};\n}};\ncontrols {{ }};\ninclude \"{dir}/{UPDATE_KEY}.key\";\ninclude \"{dir}/{UNGRANTED_KEY}.key\";\n",
+                dir = path.display(),
+                port = addr.port(),
             );
-            if origin == "example.test" {
-                zone.push_str("ns1 IN A 127.0.0.1\n");
-            }
-            for record in records {
-                zone.push_str(record);
-                zone.push('\n');
-            }
-            std::fs::write(&file, zone).expect("write a zone");
-            conf.push_str(&format!(
-                "zone \"{origin}\" {{ type primary; file \"{}\"; update-policy {{{policy} }}; }};\n",
-                file.display()
-            ));
-        }
-        let conf_file = path.join("named.conf");
-        std::fs::write(&conf_file, conf).expect("write named.conf");
-
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let mut command = Command::new(named);
-        command
-            .arg("-g")
-            .arg("-n")
-            .arg("1")
-            .arg("-c")
-            .arg(&conf_file);
-        let child = run(command, "named", &log);
-        let bind = Self {
-            dir,
-            addr,
-            log,
-            _named: child,
-        };
-        let started = tokio::time::timeout(PATIENCE, async {
-            while bind.log_matching("running") == 0 {
-                assert!(
-                    bind.log_matching("exiting (due to fatal error)") == 0,
-                    "named did not start:\n{}",
-                    bind.log()
+            let policy: String = config
+                .grants
+                .iter()
+                .map(|rule| format!(" grant {UPDATE_KEY} {rule};"))
+                .collect();
+            for (origin, records) in &config.zones {
+                let file = path.join(format!("{origin}.zone"));
+                let mut zone = format!(
+                    "$ORIGIN {origin}.\n$TTL 60\n@ IN SOA ns1.example.test. hostmaster.example.test. 1 3600 600 86400 60\n@ IN NS ns1.example.test.\n"
                 );
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                if origin == "example.test" {
+                    zone.push_str("ns1 IN A 127.0.0.1\n");
+                }
+                for record in records {
+                    zone.push_str(record);
+                    zone.push('\n');
+                }
+                std::fs::write(&file, zone).expect("write a zone");
+                conf.push_str(&format!(
+                    "zone \"{origin}\" {{ type primary; file \"{}\"; update-policy {{{policy} }}; }};\n",
+                    file.display()
+                ));
             }
-        })
-        .await;
-        assert!(started.is_ok(), "named did not start:\n{}", bind.log());
-        bind
+            let conf_file = path.join("named.conf");
+            std::fs::write(&conf_file, conf).expect("write named.conf");
+
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let mut command = Command::new(named);
+            command
+                .arg("-g")
+                .arg("-n")
+                .arg("1")
+                .arg("-c")
+                .arg(&conf_file);
+            let child = run(command, "named", &log);
+            let started = tokio::time::timeout(PATIENCE, async {
+                while lines_matching(&log, "running") == 0 {
+                    assert!(
+                        lines_matching(&log, "exiting (due to fatal error)") == 0,
+                        "named did not start:\n{}",
+                        joined(&log)
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            assert!(started.is_ok(), "named did not start:\n{}", joined(&log));
+            // Listening on TCP within two seconds, and not told the port was taken.
+            let listening = tokio::time::timeout(Duration::from_secs(2), async {
+                loop {
+                    if lines_matching(&log, "address in use") > 0 {
+                        return false;
+                    }
+                    if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .unwrap_or(false);
+            if listening {
+                return Self {
+                    dir,
+                    addr,
+                    log,
+                    _named: child,
+                };
+            }
+            assert!(
+                attempt < 5,
+                "named does not listen on {addr}:\n{}",
+                joined(&log)
+            );
+            // Stopped and waited for; the next attempt takes another port.
+            let mut child = child;
+            let _ = child.kill().await;
+        }
+        unreachable!("the last attempt returns")
     }
 
     /// Where `named` listens (UDP and TCP).
