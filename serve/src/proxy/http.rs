@@ -284,9 +284,9 @@ fn set_forwarded(headers: &mut HeaderMap, info: Option<&TlsInfo>) {
     {
         headers.insert(X_FORWARDED_FOR, value);
     }
-    let leaf = info.peer_certificates.as_deref().and_then(<[_]>::first);
-    if let Some(leaf) = leaf
-        && let Some(value) = xfcc(leaf)
+    // Parsed once per connection, not per request.
+    if let Some(client) = info.client_identity()
+        && let Some(value) = xfcc(client)
     {
         headers.insert(X_FORWARDED_CLIENT_CERT, value);
     }
@@ -295,8 +295,7 @@ fn set_forwarded(headers: &mut HeaderMap, info: Option<&TlsInfo>) {
 /// Envoy's `X-Forwarded-Client-Cert` element for a client certificate:
 /// `Hash=<SHA-256 hex>;Subject="<subject>";URI=<uri>;DNS=<name>` (a `URI` or `DNS` pair
 /// for each SAN of that kind).
-pub(crate) fn xfcc(leaf: &[u8]) -> Option<HeaderValue> {
-    let client = tls_rotation::ClientIdentity::parse(leaf).ok()?;
+pub(crate) fn xfcc(client: &tls_rotation::ClientIdentity) -> Option<HeaderValue> {
     let mut value = format!("Hash={};Subject={}", client.digest, quoted(&client.subject));
     for uri in &client.uris {
         let _ = write!(value, ";URI={}", maybe_quoted(uri));
@@ -403,7 +402,8 @@ mod tests {
     fn xfcc_is_envoys_format() {
         let ca = tls_test::TestCa::new("xfcc");
         let leaf = ca.uri_client_leaf("web", &["spiffe://example.org/ns/prod/sa/web"]);
-        let value = xfcc(&leaf.cert_der).unwrap();
+        let client = tls_rotation::ClientIdentity::parse(&leaf.cert_der).unwrap();
+        let value = xfcc(&client).unwrap();
         assert_eq!(
             value.to_str().unwrap(),
             format!(

@@ -329,6 +329,7 @@ impl<IO> TlsConnection<IO> {
             server_name: self.server_name().map(Arc::from),
             alpn_protocol: self.alpn_protocol().map(Arc::from),
             peer_certificates: self.peer_certificates().map(Arc::from),
+            identity: Arc::default(),
         }
     }
 
@@ -571,6 +572,23 @@ pub struct TlsInfo {
     pub alpn_protocol: Option<Arc<[u8]>>,
     /// The chain the client presented (with client authentication), leaf first.
     pub peer_certificates: Option<Arc<[CertificateDer<'static>]>>,
+    /// The leaf's names, read on first use and shared by every clone (every request of the
+    /// connection).
+    identity: Arc<std::sync::OnceLock<Option<crate::ClientIdentity>>>,
+}
+
+impl TlsInfo {
+    /// The names of the client's certificate (common name, DNS and URI SANs, digest): what
+    /// authorization rules match and what a proxy forwards. Read once per connection, on first
+    /// use; `None` without a client certificate (or one whose names cannot be read).
+    pub fn client_identity(&self) -> Option<&crate::ClientIdentity> {
+        self.identity
+            .get_or_init(|| {
+                let leaf = self.peer_certificates.as_deref()?.first()?;
+                crate::ClientIdentity::parse(leaf).ok()
+            })
+            .as_ref()
+    }
 }
 
 #[cfg(feature = "tonic")]
