@@ -11,7 +11,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use tls_test::{KubeDir, PATIENCE, Serve, TestCa, TestCert};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
@@ -34,19 +33,9 @@ struct Upstream {
 impl Upstream {
     /// `upstream MODE AT` (`AT`: an address, port 0 for any, or `unix:PATH`).
     async fn start(mode: &str, at: &str) -> Self {
-        let mut child = Command::new(tls_test::example("upstream"))
-            .args([mode, at])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the upstream example");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("the upstream announces itself")
-            .unwrap()
-            .expect("a line");
+        let mut command = Command::new(tls_test::example("upstream"));
+        command.args([mode, at]);
+        let (child, line, _) = tls_test::announced(command).await;
         let addr = line
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("{line:?}"))
@@ -99,6 +88,13 @@ impl Pki {
             "100ms".into(),
         ]
     }
+}
+
+/// serve requiring client certificates of `pki`'s CA, with `extra` flags.
+async fn start_mtls(pki: &Pki, extra: &[&str]) -> Serve {
+    let mut flags = pki.mtls_args();
+    flags.extend(args(extra));
+    start(&flags).await
 }
 
 async fn start(args: &[String]) -> Serve {
@@ -195,9 +191,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
 async fn an_http_upstream_gets_the_forwarded_headers_and_never_a_client_sent_one() {
     let upstream = Upstream::start("http", "127.0.0.1:0").await;
     let pki = Pki::new();
-    let mut flags = pki.mtls_args();
-    flags.extend(args(&["--upstream", &upstream.addr]));
-    let serve = start(&flags).await;
+    let serve = start_mtls(&pki, &["--upstream", &upstream.addr]).await;
     let client = pki.clients.uri_client_leaf("web", &[WEB]);
     let answer = exchange(
         serve.addr,
@@ -331,13 +325,11 @@ async fn a_websocket_upgrade_passes_through_and_bytes_flow_both_ways() {
 async fn a_tcp_upstream_gets_a_proxy_v2_header_then_the_bytes() {
     let upstream = Upstream::start("tcp", "127.0.0.1:0").await;
     let pki = Pki::new();
-    let mut flags = pki.mtls_args();
-    flags.extend(args(&[
-        "--upstream-tcp",
-        &upstream.addr,
-        "--proxy-protocol",
-    ]));
-    let serve = start(&flags).await;
+    let serve = start_mtls(
+        &pki,
+        &["--upstream-tcp", &upstream.addr, "--proxy-protocol"],
+    )
+    .await;
     let client = pki.clients.uri_client_leaf("web", &[WEB]);
     let mut stream = tls(serve.addr, Some(&client), b"postgresql").await.unwrap();
     let client_addr = stream.get_ref().0.local_addr().unwrap();
@@ -402,16 +394,18 @@ async fn a_tcp_upstream_gets_a_proxy_v2_header_then_the_bytes() {
 async fn an_allowed_spiffe_id_passes_and_another_is_refused_before_the_upstream_sees_anything() {
     let upstream = Upstream::start("http", "127.0.0.1:0").await;
     let pki = Pki::new();
-    let mut flags = pki.mtls_args();
-    flags.extend(args(&[
-        "--upstream",
-        &upstream.addr,
-        "--allow-uri",
-        "spiffe://example.org/ns/prod/*",
-        "--status-listen",
-        "127.0.0.1:0",
-    ]));
-    let mut serve = start(&flags).await;
+    let mut serve = start_mtls(
+        &pki,
+        &[
+            "--upstream",
+            &upstream.addr,
+            "--allow-uri",
+            "spiffe://example.org/ns/prod/*",
+            "--status-listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
     let status_line = tokio::time::timeout(PATIENCE, serve.lines.next_line())
         .await
         .unwrap()
@@ -530,10 +524,12 @@ async fn a_rule_removed_from_the_allow_file_closes_that_clients_connection() {
     let pki = Pki::new();
     let rules = pki.root.join("allow");
     std::fs::write(&rules, format!("# who may call\nuri={WEB}\nuri={BATCH}\n")).unwrap();
-    let mut flags = pki.mtls_args();
-    flags.extend(args(&["--upstream", &upstream.addr]));
-    flags.extend(["--allow-file".to_owned(), rules.display().to_string()]);
-    let serve = start(&flags).await;
+    let rules_flag = rules.display().to_string();
+    let serve = start_mtls(
+        &pki,
+        &["--upstream", &upstream.addr, "--allow-file", &rules_flag],
+    )
+    .await;
     let web = pki.clients.uri_client_leaf("web", &[WEB]);
     let batch = pki.clients.uri_client_leaf("batch", &[BATCH]);
     let mut from_web = KeepAlive::open(serve.addr, &web).await;
@@ -562,9 +558,7 @@ async fn a_client_ca_removed_from_the_file_closes_proxied_connections() {
         format!("{}{}", pki.clients.cert_pem(), other.cert_pem()),
     )
     .unwrap();
-    let mut flags = pki.mtls_args();
-    flags.extend(args(&["--upstream-tcp", &upstream.addr]));
-    let serve = start(&flags).await;
+    let serve = start_mtls(&pki, &["--upstream-tcp", &upstream.addr]).await;
     let leaving = pki.clients.client_leaf("leaving");
     let staying = other.client_leaf("staying");
     let mut from_leaving = tls(serve.addr, Some(&leaving), b"x").await.unwrap();
@@ -624,19 +618,9 @@ async fn a_unix_socket_upstream_is_proxied_to() {
 
 /// serve with `--connect`: the process and the address of its plain listener.
 async fn start_connect(args: &[&str]) -> (Child, SocketAddr) {
-    let mut client = Command::new(serve_bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(PATIENCE, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let mut command = Command::new(serve_bin());
+    command.args(args);
+    let (client, line, _) = tls_test::announced(command).await;
     let listen = line
         .strip_prefix("listening on tcp://")
         .and_then(|rest| rest.split(',').next())
@@ -739,7 +723,9 @@ async fn sigterm_lets_a_proxied_request_in_flight_finish() {
 async fn second_handshake(addr: SocketAddr) -> Option<tls_rotation::rustls::HandshakeKind> {
     let mut config = tls_test::client_config();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut kind = None;
     for _ in 0..2 {
+        // A clone shares the session store: the second connection offers the first's ticket.
         let mut stream = tls_test::connect(addr, "localhost", config.clone())
             .await
             .unwrap();
@@ -747,18 +733,13 @@ async fn second_handshake(addr: SocketAddr) -> Option<tls_rotation::rustls::Hand
             .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
-        let mut answer = Vec::new();
         // Read to the end: the session ticket comes after the handshake.
+        let mut answer = Vec::new();
         let _ = stream.read_to_end(&mut answer).await;
-        let kind = stream.get_ref().1.handshake_kind();
-        if answer.is_empty() {
-            return None;
-        }
-        if kind == Some(tls_rotation::rustls::HandshakeKind::Resumed) {
-            return kind;
-        }
+        assert!(!answer.is_empty(), "an answer through serve");
+        kind = stream.get_ref().1.handshake_kind();
     }
-    Some(tls_rotation::rustls::HandshakeKind::Full)
+    kind
 }
 
 #[tokio::test]

@@ -39,7 +39,7 @@ pub use probe::{
     Served, client_config, client_config_with_cert, connect, https_get, https_get_as, plain_get,
     probe, probe_trusting,
 };
-pub use serve_process::Serve;
+pub use serve_process::{Announced, Serve, announced};
 pub use server::{TestServer, answer_each};
 pub use tcp_link::TcpLink;
 

@@ -23,6 +23,37 @@ pub struct Serve {
     pub lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
+/// What [`announced`] returns: the process (killed when dropped), its first line on stdout,
+/// and the rest of its stdout.
+pub type Announced = (
+    Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+);
+
+/// Starts `command` (stdout read here, stderr dropped, killed when dropped) and waits for the
+/// first line it prints: a process that announces where it listens (serve, the sidecar tests'
+/// upstream).
+///
+/// # Panics
+/// When it does not start or print a line within [`PATIENCE`].
+pub async fn announced(mut command: Command) -> Announced {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {command:?}: {e}"));
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("{command:?} announces itself in time"))
+        .expect("its stdout reads")
+        .unwrap_or_else(|| panic!("{command:?} printed no line"));
+    (child, line, lines)
+}
+
 impl Serve {
     /// Starts `bin` with `args` (and `--listen 127.0.0.1:0` unless `--listen` is among them),
     /// and waits for its `listening on https://ADDR` line.
@@ -47,23 +78,13 @@ impl Serve {
         } else {
             &["--listen", "127.0.0.1:0"]
         };
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(listen)
             .args(args)
             .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("serve announces itself in time")
-            .unwrap()
-            .expect("a line on stdout");
+            .env("RUST_LOG", "info");
+        let (child, line, lines) = announced(command).await;
         let addr = line
             .strip_prefix("listening on https://")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
