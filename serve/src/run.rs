@@ -636,19 +636,9 @@ async fn spawn_http01(
     addr: SocketAddr,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--acme-http-listen {addr}: cannot listen"))?;
     let app = Router::new().route_service("/.well-known/acme-challenge/{token}", acme.http01());
+    crate::status::serve_plain(addr, "--acme-http-listen", app, shutdown).await?;
     tracing::info!(%addr, "answering ACME HTTP-01 challenges on http://{addr}");
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the HTTP-01 responder stopped");
-        }
-    });
     Ok(())
 }
 

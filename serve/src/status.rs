@@ -196,8 +196,10 @@ pub(crate) async fn spawn_status(
     serve_plain(addr, "--status-listen", app, shutdown).await
 }
 
-/// Serves `app` over plain HTTP on `addr` until `shutdown`; the address bound.
-async fn serve_plain(
+/// Serves `app` over plain HTTP on `addr` until `shutdown` (`--status-listen`, `--metrics`
+/// beside it, `--acme-http-listen`'s HTTP-01 answers); the address bound. `flag` names it in
+/// errors.
+pub(crate) async fn serve_plain(
     addr: SocketAddr,
     flag: &str,
     app: Router,

@@ -316,19 +316,28 @@ impl Rfc2136 {
         Ok((server, name, zone))
     }
 
-    async fn publish(&self, record: &str, value: &str) -> Result<(), String> {
-        let (server, name, zone) = self.locate(record).await?;
-        let message: Message =
-            update_message::append(self.rrset(&name, value), zone.clone(), false, false);
+    /// Sends `message`, signed at the clock's time, to `server` for `zone`.
+    async fn update(
+        &self,
+        server: SocketAddr,
+        zone: &Name,
+        message: Message,
+    ) -> Result<(), String> {
         wire::update(
             server,
-            &zone,
+            zone,
             message,
             &self.signer,
             self.clock.now(),
             self.timeout,
         )
-        .await?;
+        .await
+    }
+
+    async fn publish(&self, record: &str, value: &str) -> Result<(), String> {
+        let (server, name, zone) = self.locate(record).await?;
+        let message = update_message::append(self.rrset(&name, value), zone.clone(), false, false);
+        self.update(server, &zone, message).await?;
         tracing::info!(record = %name, zone = %zone, server = %server, "DNS-01 record added");
         let servers = self.authoritative(server, &zone).await;
         self.until_answered(servers, &name, value).await
@@ -338,15 +347,7 @@ impl Rfc2136 {
         let (server, name, zone) = self.locate(record).await?;
         let message =
             update_message::delete_by_rdata(self.rrset(&name, value), zone.clone(), false);
-        wire::update(
-            server,
-            &zone,
-            message,
-            &self.signer,
-            self.clock.now(),
-            self.timeout,
-        )
-        .await?;
+        self.update(server, &zone, message).await?;
         tracing::info!(record = %name, zone = %zone, server = %server, "DNS-01 record removed");
         Ok(())
     }
