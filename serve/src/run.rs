@@ -88,16 +88,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .notify(args.notify)
             .build();
         let mut auth = tls_rotation::ClientAuth::from_source(cas).overlap(*overlap);
-        let (tcp, no_resumption) = (matches!(args.mode, Mode::Tcp { .. }), args.no_resumption);
-        auth = auth.configure(move |config| {
-            if tcp {
-                // Bytes: no application protocol is negotiated (a client's ALPN is ignored).
-                config.alpn_protocols.clear();
-            }
-            if no_resumption {
-                config.send_tls13_tickets = 0;
-            }
-        });
+        let finish = ConfigFlags::of(&args);
+        auth = auth.configure(move |config| finish.apply(config));
         if let Some(allow) = &args.allow {
             auth = auth.authorize(crate::allow::authorization(
                 allow,
@@ -194,17 +186,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(age) = args.recycle_after {
         incoming = incoming.recycle_after(age);
     }
-    if matches!(args.mode, Mode::Tcp { .. }) {
-        incoming = incoming.alpn(Vec::<Vec<u8>>::new());
-    }
-    if args.no_resumption && args.client_ca.is_none() {
+    if args.client_ca.is_none() {
+        // With --client-ca the reloader builds the configs, finished by the same flags.
         let mut config = reloader.server_config()?;
-        config.session_storage = Arc::new(tls_rotation::rustls::server::NoServerSessionStorage {});
-        config.send_tls13_tickets = 0;
-        if !matches!(args.mode, Mode::Tcp { .. }) {
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        }
-        incoming = incoming.server_config(config);
+        ConfigFlags::of(&args).apply(&mut config);
+        // Empty: the config's ALPN is kept.
+        incoming = incoming.server_config(config).alpn(Vec::<Vec<u8>>::new());
     }
     let incoming = incoming.listen(listener)?;
     let app = Router::new()
@@ -280,6 +267,40 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the flags set on every `ServerConfig` serve serves with (its own, or each one the
+/// reloader rebuilds for `--client-ca`).
+#[derive(Clone, Copy)]
+struct ConfigFlags {
+    /// `--upstream-tcp`: bytes, so no application protocol is negotiated (a client's ALPN is
+    /// ignored); otherwise `h2` and `http/1.1`.
+    bytes: bool,
+    /// `--no-resumption`: no tickets and no session cache (the reloader keeps its own session
+    /// store for mTLS; with no ticket sent, nothing is resumed from it).
+    no_resumption: bool,
+}
+
+impl ConfigFlags {
+    fn of(args: &Args) -> Self {
+        Self {
+            bytes: matches!(args.mode, Mode::Tcp { .. }),
+            no_resumption: args.no_resumption,
+        }
+    }
+
+    fn apply(self, config: &mut tls_rotation::rustls::ServerConfig) {
+        config.alpn_protocols = if self.bytes {
+            Vec::new()
+        } else {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        };
+        if self.no_resumption {
+            config.session_storage =
+                Arc::new(tls_rotation::rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
+    }
 }
 
 /// A socket bound to `addr`, not yet listening.
