@@ -218,6 +218,7 @@ impl Activity {
     async fn idle_for(&self, timeout: Duration) {
         loop {
             let last = Duration::from_millis(self.last.load(Ordering::Acquire));
+            // `timeout` is at most a year (`idle_timeout` clamps it): no overflow.
             let deadline = self.start + last + timeout;
             tokio::time::sleep_until(deadline).await;
             let last_now = Duration::from_millis(self.last.load(Ordering::Acquire));

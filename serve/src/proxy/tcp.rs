@@ -66,7 +66,15 @@ impl TcpProxy {
             loop {
                 let last =
                     Duration::from_millis(activity.load(std::sync::atomic::Ordering::Relaxed));
-                tokio::time::sleep_until(started + last + self.idle_timeout).await;
+                // Saturating: no duration given here can overflow the instant (the flag's
+                // bound is a day, but nothing here relies on it).
+                let deadline = started
+                    .checked_add(last)
+                    .and_then(|at| at.checked_add(self.idle_timeout));
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
                 let now =
                     Duration::from_millis(activity.load(std::sync::atomic::Ordering::Relaxed));
                 if now == last {
